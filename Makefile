@@ -1,0 +1,33 @@
+# asyncrl: every target sets itself up first. Override e.g. `make install TORCH_SPEC=torch` for a CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+ARGS ?=
+
+.PHONY: install test lint train bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check asyncrl tests scripts
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+train: install
+	$(BIN)/asyncrl-train --env atari_pong $(ARGS)
+
+bench: install
+	$(BIN)/asyncrl-bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

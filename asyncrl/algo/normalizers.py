@@ -1,0 +1,119 @@
+"""Running statistics and squashing transforms for observation / return normalisation.
+
+References: Chan, Golub & LeVeque 1979/1983, "Updating formulae and a pairwise algorithm for
+computing sample variances" (parallel merge of moments); Hafner et al. 2023, "Mastering Diverse
+Domains through World Models" (DreamerV3, eq. 1: symlog / symexp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["RunningMeanStd", "symexp", "symlog"]
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and (population) variance of a stream of ``[..., *shape]`` batches.
+
+    Statistics live in buffers (``mean``, ``var``, ``count``), so they follow ``.to(device)`` and
+    appear in ``state_dict()``. They are kept in float64 by default: ``count`` easily exceeds the
+    2**24 integers float32 represents exactly. ``count`` starts at ``eps`` (with mean 0, var 1) so
+    the first merge is well defined.
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(
+        self,
+        shape: int | Sequence[int] = (),
+        eps: float = 1e-4,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.register_buffer("mean", torch.zeros(self.shape, dtype=dtype, device=device))
+        self.register_buffer("var", torch.ones(self.shape, dtype=dtype, device=device))
+        self.register_buffer("count", torch.tensor(eps, dtype=dtype, device=device))
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.var.sqrt()
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor) -> None:
+        """Fold in a batch whose trailing dimensions equal ``shape`` (leading dims are samples)."""
+        nd = len(self.shape)
+        if batch.dim() < nd or tuple(batch.shape[batch.dim() - nd :]) != self.shape:
+            raise ValueError(f"batch shape {tuple(batch.shape)} does not end with {self.shape}")
+        flat = batch.detach().to(device=self.mean.device, dtype=self.mean.dtype).reshape(-1, *self.shape)
+        n = flat.shape[0]
+        if n == 0:
+            return
+        batch_mean = flat.mean(dim=0)
+        batch_var = flat.var(dim=0, unbiased=False)
+        self.merge(batch_mean, batch_var, n)
+
+    @torch.no_grad()
+    def merge(
+        self,
+        other_mean: torch.Tensor | float,
+        other_var: torch.Tensor | float,
+        other_count: torch.Tensor | float,
+    ) -> None:
+        """Combine with another set of moments (Chan et al. parallel algorithm).
+
+        With ``delta = mean_b - mean_a`` and ``n = n_a + n_b``::
+
+            mean = mean_a + delta * n_b / n
+            var  = (var_a * n_a + var_b * n_b + delta^2 * n_a * n_b / n) / n
+
+        ``other_var`` is a population (biased) variance. Usable to sync statistics gathered by
+        separate learners.
+        """
+        like = self.mean
+        o_mean = torch.as_tensor(other_mean, dtype=like.dtype, device=like.device)
+        o_var = torch.as_tensor(other_var, dtype=like.dtype, device=like.device)
+        o_count = torch.as_tensor(other_count, dtype=like.dtype, device=like.device)
+        if float(o_count) <= 0:
+            return
+        total = self.count + o_count
+        delta = o_mean - self.mean
+        new_mean = self.mean + delta * (o_count / total)
+        m2 = self.var * self.count + o_var * o_count + delta.square() * (self.count * o_count / total)
+        self.mean.copy_(new_mean.expand_as(self.mean))
+        self.var.copy_((m2 / total).expand_as(self.var))
+        self.count.copy_(total)
+
+    def normalize(self, x: torch.Tensor, clip: float | None = 5.0, eps: float = 1e-8) -> torch.Tensor:
+        """``clamp((x - mean) / sqrt(var + eps), -clip, clip)`` in ``x``'s dtype (``clip=None``: no clamp)."""
+        mean = self.mean.to(device=x.device, dtype=x.dtype)
+        var = self.var.to(device=x.device, dtype=x.dtype)
+        y = (x - mean) / torch.sqrt(var + eps)
+        if clip is not None:
+            y = torch.clamp(y, -clip, clip)
+        return y
+
+    def denormalize(self, y: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """Inverse of :meth:`normalize` without clipping: ``y * sqrt(var + eps) + mean``."""
+        mean = self.mean.to(device=y.device, dtype=y.dtype)
+        var = self.var.to(device=y.device, dtype=y.dtype)
+        return y * torch.sqrt(var + eps) + mean
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}, count={float(self.count):.6g}"
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * log(1 + |x|)`` (DreamerV3, eq. 1)."""
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+def symexp(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * (exp(|x|) - 1)``, the inverse of :func:`symlog`."""
+    return torch.sign(x) * torch.expm1(torch.abs(x))

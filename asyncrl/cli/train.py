@@ -1,0 +1,37 @@
+"""`asyncrl-train`: parse the command line, validate it, run the trainer."""
+
+from __future__ import annotations
+
+import sys
+
+from asyncrl.config import ConfigError, parse_config
+from asyncrl.envs.base import EnvError
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(argv)
+    try:
+        cfg.validate()
+        if cfg.device.startswith("cuda"):
+            _require_cuda()
+        from asyncrl.runtime.runner import Runner
+
+        runner = Runner(cfg)
+        print(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
+              f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
+        return runner.run()
+    except (ConfigError, EnvError) as exc:
+        print(f"asyncrl-train: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _require_cuda() -> None:
+    import subprocess
+
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    if subprocess.run([sys.executable, "-c", probe]).returncode:
+        raise ConfigError("--device cuda: no CUDA device is available; use --device auto or cpu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

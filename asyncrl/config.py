@@ -1,0 +1,155 @@
+"""All hyperparameters and run settings in one dataclass, and the command line built from it.
+
+Importing this module must stay cheap (no torch): every process reads the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def default_workers() -> int:
+    """Twice the cores: rollout workers spend much of their time waiting for actions."""
+    return max(2, 2 * (os.cpu_count() or 1))
+
+
+class ConfigError(ValueError):
+    """Bad user input; the CLI prints it as one line and exits with code 2."""
+
+
+@dataclass
+class Config:
+    """One asyncrl run. Field docs double as `--help` text."""
+
+    env: str = field(default="atari_pong", metadata={"help": "atari_<game>, a gymnasium id, null, or module:callable"})
+    # --- sampling ---
+    workers: int = field(default_factory=default_workers, metadata={"help": "rollout worker processes"})
+    envs_per_worker: int = field(default=4, metadata={"help": "envs each rollout worker steps"})
+    worker_splits: int = field(default=2, metadata={"help": "groups per worker stepped alternately (double buffering)"})
+    policy_workers: int = field(default=1, metadata={"help": "inference processes"})
+    rollout: int = field(default=32, metadata={"help": "trajectory length T (agent steps)"})
+    env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
+    # --- learning ---
+    batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
+    epochs: int = field(default=1, metadata={"help": "passes over each batch"})
+    minibatches: int = field(default=1, metadata={"help": "optimizer steps per epoch"})
+    lr: float = field(default=3e-4, metadata={"help": "Adam learning rate"})
+    lr_schedule: str = field(default="constant", metadata={"help": "constant or linear (decays to 0 at --frames)"})
+    adam_eps: float = field(default=1e-5, metadata={"help": "Adam epsilon"})
+    gamma: float = field(default=0.99, metadata={"help": "discount factor"})
+    clip_ratio: float = field(default=0.1, metadata={"help": "PPO clip epsilon"})
+    value_coeff: float = field(default=0.5, metadata={"help": "value loss weight"})
+    entropy_coeff: float = field(default=0.01, metadata={"help": "entropy bonus weight"})
+    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient norm clip"})
+    vtrace_rho: float = field(default=1.0, metadata={"help": "V-trace rho-bar (importance weight clip)"})
+    vtrace_c: float = field(default=1.0, metadata={"help": "V-trace c-bar (trace cutting)"})
+    normalize_advantages: bool = field(default=True, metadata={"help": "normalise advantages per minibatch"})
+    normalize_obs: bool = field(default=False, metadata={"help": "running mean/std observation normalisation"})
+    max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})
+    hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    # --- run ---
+    frames: int = field(default=0, metadata={"help": "stop after this many emulator frames (0: no limit)"})
+    seconds: float = field(default=0.0, metadata={"help": "stop after this many seconds (0: no limit)"})
+    train_dir: str = field(default="train_dir", metadata={"help": "where experiments are written"})
+    experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
+    learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
+    report_interval: float = field(default=5.0, metadata={"help": "seconds between progress reports"})
+    checkpoint_interval: float = field(default=300.0, metadata={"help": "seconds between checkpoints"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
+
+    # ----- derived -----
+    @property
+    def experiment_name(self) -> str:
+        return self.experiment or self.env.replace(":", "_").replace("/", "_")
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.train_dir, self.experiment_name)
+
+    @property
+    def envs_per_split(self) -> int:
+        return self.envs_per_worker // self.worker_splits
+
+    @property
+    def num_splits(self) -> int:
+        return self.workers * self.worker_splits
+
+    @property
+    def trajectories_per_batch(self) -> int:
+        return self.batch_size // (self.rollout * self.envs_per_split)
+
+    def validate(self) -> None:
+        """Raise ConfigError with a one-line fix for any impossible setting."""
+        for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
+                     "minibatches", "env_threads", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        for name in ("frames", "seconds", "learner_threads", "max_policy_lag"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
+        for name in ("lr", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive (got {getattr(self, name)})")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"--gamma must be in [0, 1] (got {self.gamma})")
+        if self.rollout < 2:
+            raise ConfigError(f"--rollout must be at least 2 (got {self.rollout})")
+        if self.envs_per_worker % self.worker_splits:
+            raise ConfigError(
+                f"--envs-per-worker {self.envs_per_worker} does not divide into --worker-splits "
+                f"{self.worker_splits}; use a multiple of {self.worker_splits}")
+        chunk = self.rollout * self.envs_per_split
+        if self.batch_size % chunk:
+            good = max(chunk, round(self.batch_size / chunk) * chunk)
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be a multiple of rollout x envs per split = {chunk} "
+                f"(each trajectory holds {chunk} samples); try --batch-size {good}")
+        if self.trajectories_per_batch % self.minibatches:
+            raise ConfigError(
+                f"--minibatches {self.minibatches} must divide the {self.trajectories_per_batch} trajectories "
+                f"of a batch")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
+        if self.lr_schedule not in ("constant", "linear"):
+            raise ConfigError(f"--lr-schedule must be constant or linear (got {self.lr_schedule!r})")
+        if self.lr_schedule == "linear" and not self.frames:
+            raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
+    """One --flag per Config field, with the field's default and help."""
+    parser = argparse.ArgumentParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.")
+    defaults = Config()
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        help_text = f.metadata.get("help", "")
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
+                                help=help_text)
+        else:
+            kind = type(default)
+            parser.add_argument(flag, dest=f.name, type=kind, default=default,
+                                help=f"{help_text} (default: {default})")
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    args = build_parser().parse_args(argv)
+    return Config(**vars(args))

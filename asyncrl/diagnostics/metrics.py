@@ -1,0 +1,49 @@
+"""Run metrics: one JSON object per report interval in metrics.jsonl, mirrored to TensorBoard scalars."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+
+class MetricsWriter:
+    """Appends to `RUN_DIR/metrics.jsonl` and writes TensorBoard events without importing torch."""
+
+    def __init__(self, run_dir: str):
+        os.makedirs(run_dir, exist_ok=True)
+        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - kept open for the whole run
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._tb = EventFileWriter(os.path.join(run_dir, "tb"), flush_secs=10)
+
+    def write(self, record: dict[str, Any], step: int) -> None:
+        self._file.write(json.dumps(record, default=_jsonable) + "\n")
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in record.items()
+                  if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and k != "time"]
+        self._tb.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
+
+    def close(self) -> None:
+        self._file.close()
+        self._tb.close()
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def read_metrics(run_dir: str) -> list[dict[str, Any]]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

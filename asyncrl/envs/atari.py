@@ -1,0 +1,102 @@
+"""Atari via ale_py's C++ vector env, with v4-style preprocessing done in C++.
+
+Life loss is detected here from `info["lives"]` rather than with ale_py's flags: `episodic_life=True` resets
+the whole game on a life loss (so no episode ever spans more than one life), and `life_loss_info=True` sets
+`terminated` on a life loss too, which makes a life loss indistinguishable from game over. With both off,
+`terminated | truncated` is exactly game over and a drop in `lives` is exactly a life loss.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from ale_py.vector_env import AtariVectorEnv
+
+from asyncrl.envs.base import EnvSpec, EpisodeStats, VecEnv
+
+FRAMESKIP = 4
+STACK = 4
+SIZE = 84
+
+
+class AtariVecEnv(VecEnv):
+    """`num_envs` games of one ROM, stepped by `num_threads` C++ threads.
+
+    Training mode: done on life loss (the game continues) and rewards clipped to their sign.
+    Eval mode: done only at game over, raw rewards. Episode stats are always whole games with raw scores.
+    """
+
+    def __init__(self, game: str, num_envs: int, training: bool = True, num_threads: int = 1) -> None:
+        self.num_envs = num_envs
+        self.training = training
+        self._env: AtariVectorEnv | None = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=num_threads,
+            repeat_action_probability=0.0,
+            noop_max=30,
+            frameskip=FRAMESKIP,
+            maxpool=True,
+            use_fire_reset=True,
+            img_height=SIZE,
+            img_width=SIZE,
+            grayscale=True,
+            stack_num=STACK,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+            autoreset_mode="SameStep",
+        )
+        self.spec = EnvSpec(
+            name=f"atari_{game}",
+            obs_shape=(STACK, SIZE, SIZE),
+            obs_dtype=np.dtype(np.uint8),
+            action_space=gym.spaces.Discrete(int(self._env.single_action_space.n)),  # minimal action set
+            frameskip=FRAMESKIP,
+        )
+        self._lives = np.zeros(num_envs, dtype=np.int32)
+        self._ret = np.zeros(num_envs, dtype=np.float64)
+        self._len = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self, seed: int, obs_out: np.ndarray) -> None:
+        seeds = (int(seed) + np.arange(self.num_envs, dtype=np.int64)) % 2**31  # ALE seeds are C ints
+        obs, info = self._live().reset(seed=seeds)
+        obs_out[:] = obs
+        self._lives[:] = info["lives"]
+        self._ret[:] = 0.0
+        self._len[:] = 0
+
+    def step(
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+    ) -> list[EpisodeStats]:
+        obs, reward, terminated, truncated, info = self._live().step(np.asarray(actions, dtype=np.int64))
+        obs_out[:] = obs
+        self._ret += reward
+        self._len += 1
+        game_over = terminated | truncated
+        lives = info["lives"]  # after a game over (same-step reset) this is the new game's count
+        if self.training:
+            reward_out[:] = np.sign(reward)
+            done_out[:] = game_over | (lives < self._lives)
+        else:
+            reward_out[:] = reward
+            done_out[:] = game_over
+        self._lives[:] = lives
+
+        if not game_over.any():
+            return []
+        ended = np.flatnonzero(game_over)
+        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i])) for i in ended]
+        self._ret[ended] = 0.0
+        self._len[ended] = 0
+        return stats
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None  # dropping the C++ env is what stops its threads
+
+    def _live(self) -> AtariVectorEnv:
+        if self._env is None:
+            raise RuntimeError(f"{self.spec.name} env used after close()")
+        return self._env

@@ -1,0 +1,80 @@
+"""The batched environment interface every backend implements.
+
+A rollout worker owns one or more `VecEnv`s. Each `step` writes its results straight into arrays the caller
+provides (views into the shared trajectory buffer), so a backend never allocates per step on the hot path.
+Auto-reset is "same step": when an env's episode ends at step t, `done_out[i]` is True and `obs_out[i]`
+already holds the first observation of the next episode.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+
+class EnvError(ValueError):
+    """A user-facing problem with an env name or an env's spaces (reported as one line, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the buffers and the model need to know about an env."""
+
+    name: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    action_space: gym.spaces.Space  # Discrete or 1-D Box
+    frameskip: int  # emulator frames per agent step (1 for non-Atari envs)
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, gym.spaces.Discrete)
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return () if self.discrete else tuple(self.action_space.shape)
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        return np.dtype(np.int64) if self.discrete else np.dtype(np.float32)
+
+    @property
+    def num_actions(self) -> int:
+        """Logits for discrete spaces; action dimensions for Box spaces."""
+        return int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+
+
+@dataclass
+class EpisodeStats:
+    """One finished full episode: the raw (unclipped, whole-game) return and its length in agent steps."""
+
+    ret: float
+    length: int
+
+
+class VecEnv(ABC):
+    """A batch of `num_envs` environments stepped together."""
+
+    num_envs: int
+    spec: EnvSpec
+
+    @abstractmethod
+    def reset(self, seed: int, obs_out: np.ndarray) -> None:
+        """Reset every env (env i seeded with seed + i) and write observations into obs_out[num_envs, ...]."""
+
+    @abstractmethod
+    def step(
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+    ) -> list[EpisodeStats]:
+        """Step every env once; write next obs, training rewards and done flags; return finished episodes.
+
+        `reward_out` gets the training reward (clipped for Atari in training mode); `done_out` is True where
+        the env terminated or was truncated (and, for Atari in training mode, on a life loss). The returned
+        stats are for whole games with raw rewards, whatever training-mode shaping was applied.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the envs' resources."""

@@ -1,0 +1,135 @@
+"""Env names to `EnvSpec`s and `VecEnv`s.
+
+Names: `atari_<rom>` (ale_py's C++ vector env), `null`, a registered gymnasium id, or `module:callable`
+where the callable returns a `gymnasium.Env`. This module stays light: no torch, and ale_py is imported
+only for Atari names (or to suggest close matches for an unknown name).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+
+import gymnasium as gym
+
+from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
+from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
+from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
+
+ATARI_PREFIX = "atari_"
+NAME_HELP = "Run with a registered gymnasium id, atari_<game>, null, or module:callable"
+
+
+def make_env_spec(name: str) -> EnvSpec:
+    """Describe env `name`, creating at most one env (and closing it)."""
+    if name == "null":
+        return NULL_SPEC
+    if name.startswith(ATARI_PREFIX):
+        env = make_vec_env(name, 1)
+        try:
+            return env.spec
+        finally:
+            env.close()
+    env = _gym_factory(name)()
+    try:
+        return gym_env_spec(name, env)
+    finally:
+        env.close()
+
+
+def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1) -> VecEnv:
+    """Create `num_envs` copies of env `name`; `training` and `num_threads` only affect Atari."""
+    if num_envs < 1:
+        raise EnvError(f"num_envs must be >= 1, got {num_envs}")
+    if name == "null":
+        return NullVecEnv(num_envs)
+    if name.startswith(ATARI_PREFIX):
+        game = name[len(ATARI_PREFIX) :]
+        if game not in _rom_ids():
+            raise _unknown(name)
+        from asyncrl.envs.atari import AtariVecEnv
+
+        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads)
+    return GymVecEnv(name, _gym_factory(name), num_envs)
+
+
+def _rom_ids() -> list[str]:
+    try:
+        from ale_py.roms import get_all_rom_ids
+    except ImportError:
+        return []
+    return list(get_all_rom_ids())
+
+
+def _is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
+    return str(spec.entry_point).startswith("ale_py")
+
+
+def _gym_factory(name: str) -> Callable[[], gym.Env]:
+    spec = gym.registry.get(name)
+    if spec is not None:
+        if _is_ale(spec):
+            raise _use_atari(name, spec)
+        return lambda: _make_gym(name)
+    if ":" in name:
+        return _custom_factory(name)
+    raise _unknown(name)
+
+
+def _make_gym(name: str) -> gym.Env:
+    try:
+        return gym.make(name)
+    except gym.error.Error as e:
+        first_line = (str(e).splitlines() or [""])[0]
+        raise EnvError(f"cannot make gymnasium env {name!r}: {first_line}") from e
+
+
+def _custom_factory(name: str) -> Callable[[], gym.Env]:
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        raise EnvError(f"custom env {name!r} must be given as module:callable")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise EnvError(f"cannot import module {module_name!r} for env {name!r}: {e}") from e
+    if attr in gym.registry:  # gymnasium's own `module:EnvId` form (the import registered the id)
+        return _gym_factory(attr)
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise EnvError(f"module {module_name!r} has no attribute {attr!r} (env {name!r})") from None
+    if not callable(obj):
+        raise EnvError(f"{name!r} is not callable; it should return a gymnasium.Env")
+    make: Callable[[], object] = obj
+
+    def factory() -> gym.Env:
+        env = make()
+        if not isinstance(env, gym.Env):
+            raise EnvError(f"{name!r} returned a {type(env).__name__}, not a gymnasium.Env")
+        return env
+
+    return factory
+
+
+def _use_atari(name: str, spec: gym.envs.registration.EnvSpec) -> EnvError:
+    game = spec.kwargs.get("game", "<game>")
+    return EnvError(f"{name!r} is an ale_py gymnasium id; use {ATARI_PREFIX}{game} for preprocessed Atari")
+
+
+def _unknown(name: str) -> EnvError:
+    rom_ids = _rom_ids()  # importing ale_py also registers its gymnasium ids
+    spec = gym.registry.get(name)
+    if spec is not None and _is_ale(spec):
+        return _use_atari(name, spec)
+    by_lower = {"null": "null"}
+    for rom in rom_ids:  # `breakout` and `atari_breakot` both suggest atari_breakout
+        by_lower[rom] = by_lower[ATARI_PREFIX + rom] = ATARI_PREFIX + rom
+    by_lower.update((k.lower(), k) for k, s in gym.registry.items() if not _is_ale(s))
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=6, cutoff=0.75)
+    matches = list(dict.fromkeys(by_lower[m] for m in close))[:3]
+    if matches:
+        return EnvError(f"unknown env {name!r}; did you mean: {', '.join(matches)}? {NAME_HELP}")
+    return EnvError(f"unknown env {name!r}. {NAME_HELP}")

@@ -1,0 +1,71 @@
+"""The actor-critic: an encoder, a policy head (categorical or diagonal Gaussian) and a value head."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from asyncrl.algo.normalizers import RunningMeanStd
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.encoders import MLP, NatureCNN
+
+
+def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
+        super().__init__()
+        self.discrete = spec.discrete
+        image = len(spec.obs_shape) == 3
+        self.encoder: nn.Module = NatureCNN(*spec.obs_shape) if image else MLP(
+            int(np.prod(spec.obs_shape)), hidden_size)
+        width = self.encoder.out_features
+        self.policy_head = _init_linear(nn.Linear(width, spec.num_actions), 0.01)
+        self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
+        self.obs_normalizer = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
+        for module in self.encoder.modules():
+            if isinstance(module, nn.Linear | nn.Conv2d):
+                nn.init.orthogonal_(module.weight, math.sqrt(2))
+                nn.init.zeros_(module.bias)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize(obs.float()).float()
+        features = self.encoder(obs)
+        return self.policy_head(features), self.value_head(features).squeeze(-1)
+
+    def distribution(self, policy_out: torch.Tensor) -> Distribution:
+        if self.discrete:
+            return Categorical(logits=policy_out)
+        return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions for inference: (actions, log-probs)."""
+        dist = self.distribution(self(obs)[0])
+        actions = dist.sample()
+        return actions, dist.log_prob(actions)
+
+
+def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False) -> ActorCritic:
+    return ActorCritic(spec, hidden_size, normalize_obs)
+
+
+def flat_state(model: nn.Module) -> list[torch.Tensor]:
+    """Parameters and buffers in a fixed order: what the learner publishes to the policy workers."""
+    return [t for t in model.state_dict(keep_vars=True).values() if t.dtype.is_floating_point]
+
+
+def flat_numel(model: nn.Module) -> int:
+    return sum(t.numel() for t in flat_state(model))

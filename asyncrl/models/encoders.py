@@ -1,0 +1,38 @@
+"""Observation encoders: the Nature CNN for stacked frames, an MLP for vectors."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015: three conv layers and a 512-unit layer; uint8 frames are scaled to [0, 1] inside."""
+
+    def __init__(self, in_channels: int, height: int, width: int, out_features: int = 512):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, out_features), nn.ReLU())
+        self.out_features = out_features
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(obs.float() * (1.0 / 255.0)))
+
+
+class MLP(nn.Module):
+    """Two tanh layers, as in most PPO baselines for low-dimensional control."""
+
+    def __init__(self, in_features: int, hidden: int = 64):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+        self.out_features = hidden
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float().flatten(1))

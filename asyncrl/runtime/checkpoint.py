@@ -1,0 +1,83 @@
+"""Checkpoints: atomic writes with a checksum, the last few kept, a corrupt latest one skipped on load."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import os
+import re
+from typing import Any
+
+
+
+_NAME = re.compile(r"ckpt_(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint (reported to the user as one line)."""
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints")
+
+
+def list_checkpoints(run_dir: str) -> list[str]:
+    """Checkpoint files, newest (highest policy version) first."""
+    paths = [p for p in glob.glob(os.path.join(checkpoint_dir(run_dir), "ckpt_*.pt")) if _NAME.search(p)]
+    return sorted(paths, key=lambda p: int(_NAME.search(p).group(1)), reverse=True)
+
+
+def save_checkpoint(run_dir: str, version: int, state: dict[str, Any], keep: int) -> str:
+    """Write state as ckpt_<version>.pt atomically (temp file, fsync, rename) and prune old ones."""
+    folder = checkpoint_dir(run_dir)
+    os.makedirs(folder, exist_ok=True)
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    path = os.path.join(folder, f"ckpt_{version:010d}.pt")
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(path + ".sha256.tmp", "w") as f:
+            f.write(hashlib.sha256(payload).hexdigest())
+        os.replace(path + ".sha256.tmp", path + ".sha256")
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, path + ".sha256.tmp"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    for old in list_checkpoints(run_dir)[keep:]:
+        for f in (old, old + ".sha256"):
+            if os.path.exists(f):
+                os.remove(f)
+    return path
+
+
+def _verified_payload(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            payload = f.read()
+        with open(path + ".sha256") as f:
+            expected = f.read().strip()
+    except OSError:
+        return None
+    return payload if hashlib.sha256(payload).hexdigest() == expected else None
+
+
+def load_latest_checkpoint(run_dir: str, map_location: Any = "cpu", warn=print) -> tuple[str, dict[str, Any]]:
+    """The newest checkpoint whose checksum matches; corrupt ones are reported and skipped."""
+    import torch
+
+    for path in list_checkpoints(run_dir):
+        payload = _verified_payload(path)
+        if payload is None:
+            warn(f"checkpoint {path} is truncated or corrupt; falling back to an older one")
+            continue
+        return path, torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+    raise CheckpointError(f"no usable checkpoint in {checkpoint_dir(run_dir)}")

@@ -1,0 +1,262 @@
+"""Learner: turns complete trajectories into APPO updates and publishes each new policy version.
+
+Process loop: take `trajectories_per_batch` full slot indices, copy the slots out of shared memory (then
+hand the slots straight back to the rollout workers), mask samples staler than `max_policy_lag`, run
+`epochs` x `minibatches` optimizer steps, then publish the weights as policy version + 1.
+The maths is in `asyncrl.algo.appo`; this file is only data movement and bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from asyncrl.algo.appo import APPOHyperparams, appo_loss
+from asyncrl.config import Config
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.actor_critic import build_model, flat_state
+from asyncrl.runtime.channels import Channels, Empty, report
+from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.process import init_child
+from asyncrl.runtime.shared import SharedArrays, SharedWeights
+
+
+@dataclass
+class Batch:
+    """Time-major training data: T steps x B envs (B = trajectories x envs per split)."""
+
+    obs: torch.Tensor  # [T + 1, B, ...]
+    actions: torch.Tensor  # [T, B, ...]
+    behaviour_logp: torch.Tensor  # [T, B]
+    rewards: torch.Tensor  # [T, B]
+    dones: torch.Tensor  # [T, B]
+    lag: torch.Tensor  # [T, B] learner version - behaviour version
+
+    def columns(self, cols: slice) -> Batch:
+        return Batch(*(getattr(self, f)[:, cols] for f in self.__dataclass_fields__))
+
+
+def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: torch.device) -> Batch:
+    """Copy the given slots out of the shared buffer into time-major tensors on `device`."""
+
+    def time_major(name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        x = torch.from_numpy(traj[name][slots])  # [k, T(+1), E, ...] (fancy indexing copies)
+        x = x.transpose(0, 1).reshape(x.shape[1], -1, *x.shape[3:])
+        x = x.pin_memory() if device.type == "cuda" else x
+        return x.to(device, dtype=dtype, non_blocking=True)
+
+    e = traj["obs"].shape[2]
+    versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
+    return Batch(
+        obs=time_major("obs"),
+        actions=time_major("actions"),
+        behaviour_logp=time_major("logp"),
+        rewards=time_major("rewards"),
+        dones=time_major("dones", torch.float32),
+        lag=(version - versions).to(device),
+    )
+
+
+class Learner:
+    """Model, optimizer and one update step; no processes or queues here."""
+
+    def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
+        self.cfg, self.spec, self.device = cfg, spec, device
+        self.model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.hp = APPOHyperparams(
+            gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
+            entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,
+            normalize_advantages=cfg.normalize_advantages,
+        )
+        self.version = 0
+        self.samples_trained = 0
+        self.nonfinite_updates = 0
+
+    def learning_rate(self, frames: int) -> float:
+        if self.cfg.lr_schedule == "linear" and self.cfg.frames:
+            return self.cfg.lr * max(0.0, 1.0 - frames / self.cfg.frames)
+        return self.cfg.lr
+
+    def train(self, batch: Batch, frames: int) -> dict[str, float]:
+        """One update: `epochs` passes of `minibatches` optimizer steps; the policy version then goes up by 1.
+
+        Lag is counted in updates (batches), so multi-epoch training does not make its own data stale.
+        """
+        cfg = self.cfg
+        lr = self.learning_rate(frames)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        mask = (batch.lag <= cfg.max_policy_lag).float()
+        if self.model.obs_normalizer is not None:
+            self.model.obs_normalizer.update(batch.obs[:-1][mask.bool()])
+        n_cols = batch.rewards.shape[1]
+        per_mb = n_cols // cfg.minibatches
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.epochs):
+            for cols in np.random.permutation(cfg.minibatches):
+                mb = batch.columns(slice(cols * per_mb, (cols + 1) * per_mb))
+                mb_mask = (mb.lag <= cfg.max_policy_lag).float()
+                stats = self._step(mb, mb_mask)
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                steps += 1
+        self.version += 1
+        out = {k: v / max(steps, 1) for k, v in sums.items()}
+        trained = int(mask.sum().item())
+        self.samples_trained += trained
+        kept_lag = batch.lag[mask.bool()]
+        out.update(
+            learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=batch.rewards.numel() - trained,
+            policy_lag_mean=float(kept_lag.float().mean()) if trained else 0.0,
+            policy_lag_max=int(kept_lag.max()) if trained else 0,
+            policy_version=self.version, nonfinite_updates=self.nonfinite_updates,
+        )
+        return out
+
+    def _step(self, mb: Batch, mask: torch.Tensor) -> dict[str, float]:
+        t, b = mb.rewards.shape
+        policy_out, values = self.model(mb.obs.reshape(-1, *self.spec.obs_shape))
+        values = values.reshape(t + 1, b)
+        # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
+        dist = self.model.distribution(policy_out[: t * b])
+        logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
+        entropy = dist.entropy().reshape(t, b)
+        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.dones, mask, self.hp)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+            self.nonfinite_updates += 1
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        out = {k: float(v) for k, v in stats.items()}
+        out["grad_norm"] = float(grad_norm)
+        out["loss"] = float(loss.detach())
+        return out
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "version": self.version, "samples_trained": self.samples_trained,
+            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+            "python_rng": random.getstate(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.samples_trained = int(state.get("samples_trained", 0))
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+            np.random.set_state(state["numpy_rng"])
+            random.setstate(state["python_rng"])
+
+
+class WeightsPublisher:
+    """Flattens the model's float tensors into the shared weights buffer after every optimizer step."""
+
+    def __init__(self, model: torch.nn.Module, weights: SharedWeights):
+        self.tensors = flat_state(model)
+        numel = sum(t.numel() for t in self.tensors)
+        self.weights = weights
+        self.shared = weights.allocate(numel)
+        self.staging = torch.empty(numel, dtype=torch.float32)
+
+    def publish(self, version: int) -> None:
+        offset = 0
+        with torch.no_grad():
+            for t in self.tensors:
+                self.staging[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += t.numel()
+        self.weights.publish(self.staging.numpy(), version)
+
+
+def learner_threads(cfg: Config) -> int:
+    if cfg.learner_threads:
+        return cfg.learner_threads
+    return max(1, (os.cpu_count() or 1) - cfg.policy_workers)
+
+
+def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
+                channels: Channels) -> None:
+    init_child("asyncrl-learner")
+    torch.set_num_threads(learner_threads(cfg))
+    device = resolve_device(cfg.device)
+    learner = Learner(cfg, spec, device)
+    env_steps = 0
+    if cfg.resume:
+        try:
+            path, state = load_latest_checkpoint(
+                cfg.run_dir, map_location=device,
+                warn=lambda msg: report(channels, "warning", 0, {"message": msg}))
+        except CheckpointError as exc:
+            report(channels, "fatal", 0, {"message": str(exc)})
+            return
+        learner.load_state_dict(state["learner"])
+        env_steps = int(state["env_steps"])
+        report(channels, "info", 0, {"message": f"resumed from {path}"})
+    publisher = WeightsPublisher(learner.model, weights)
+    learner.version = max(learner.version, 1)
+    publisher.publish(learner.version)
+    report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps})
+
+    def save(steps: int) -> None:
+        save_checkpoint(cfg.run_dir, learner.version, {"learner": learner.state_dict(), "env_steps": steps,
+                                                       "config": cfg.to_json(), "env": cfg.env},
+                        cfg.keep_checkpoints)
+
+    k = cfg.trajectories_per_batch
+    pending: list[int] = []
+    t_wait = 0.0
+    while True:
+        command = _next_command(channels)
+        if command is not None:
+            name, steps = command
+            env_steps = max(env_steps, steps)
+            save(env_steps)
+            report(channels, "saved", 0, {"version": learner.version, "env_steps": env_steps})
+            if name == "stop":
+                return
+        if channels.stopping:
+            continue  # the runner's stop command (with the final env-step count) follows
+        t0 = time.monotonic()
+        try:
+            pending.extend(channels.full.get_many(timeout=0.05, max_messages_to_get=k - len(pending)))
+        except Empty:
+            t_wait += time.monotonic() - t0
+            continue
+        t_wait += time.monotonic() - t0
+        if len(pending) < k:
+            continue
+        t1 = time.monotonic()
+        slots = np.asarray(pending, dtype=np.int64)
+        batch = gather_batch(traj, slots, learner.version, device)
+        channels.free.put_many(pending)
+        pending = []
+        t2 = time.monotonic()
+        frames = learner.samples_trained * spec.frameskip
+        stats = learner.train(batch, frames)
+        publisher.publish(learner.version)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t3 = time.monotonic()
+        stats.update(t_wait=t_wait, t_copy=t2 - t1, t_train=t3 - t2)
+        t_wait = 0.0
+        report(channels, "learner", 0, stats)
+
+
+def _next_command(channels: Channels) -> tuple[str, int] | None:
+    try:
+        return channels.learner_cmds.get(block=False)
+    except Empty:
+        return None

@@ -1,0 +1,99 @@
+"""Policy worker: batches observation requests from many rollout workers into one forward pass.
+
+It gathers the requested observations from the shared trajectory buffer, samples actions, writes actions,
+log-probs and its policy version back into the same slots, and tells each rollout worker which of its splits
+is ready. Between batches it picks up the learner's newest weights when their version has changed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from asyncrl.config import Config
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.actor_critic import build_model, flat_state
+from asyncrl.runtime.channels import Channels, Empty, report
+from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.process import init_child
+from asyncrl.runtime.shared import SharedArrays, SharedWeights
+
+REPORT_EVERY_S = 1.0
+
+
+class WeightsReader:
+    """Keeps a local model in sync with the learner's published weights."""
+
+    def __init__(self, model: torch.nn.Module, weights: SharedWeights):
+        self.model, self.weights = model, weights
+        self.tensors = flat_state(model)
+        self.scratch = np.empty(sum(t.numel() for t in self.tensors), dtype=np.float32)
+        self.version = 0
+
+    def refresh(self) -> bool:
+        """Load newer weights if there are any; True if the model changed."""
+        if self.weights.version == self.version:
+            return False
+        version = self.weights.read_into(self.scratch)
+        if version is None:
+            return False
+        src = torch.from_numpy(self.scratch)
+        offset = 0
+        with torch.no_grad():
+            for t in self.tensors:
+                t.copy_(src[offset:offset + t.numel()].view_as(t), non_blocking=True)
+                offset += t.numel()
+        self.version = version
+        return True
+
+
+def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
+                      channels: Channels) -> None:
+    init_child(f"asyncrl-policy-{index}")
+    torch.set_num_threads(1)
+    device = resolve_device(cfg.device)
+    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device).eval()
+    reader = WeightsReader(model, weights)
+    while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
+        reader.refresh() or time.sleep(0.01)
+
+    obs, actions, logp, versions = traj["obs"], traj["actions"], traj["logp"], traj["versions"]
+    max_batch = max(1, cfg.num_splits // cfg.policy_workers)
+    n_batches = n_samples = 0
+    t_infer = t_wait = 0.0
+    last_report = time.monotonic()
+    while not channels.stopping:
+        t0 = time.monotonic()
+        try:
+            requests = channels.requests.get_many(timeout=0.1, max_messages_to_get=max_batch)
+        except Empty:
+            continue
+        t1 = time.monotonic()
+        reader.refresh()
+        req = np.asarray(requests, dtype=np.int64)
+        workers, splits, slots, steps = req[:, 0], req[:, 1], req[:, 2], req[:, 3]
+        batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
+        flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
+        acts, lps = model.act(flat)
+        acts = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
+        lps = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
+        actions[slots, steps] = acts
+        logp[slots, steps] = lps
+        versions[slots, steps] = reader.version
+        for w, s in zip(workers.tolist(), splits.tolist()):
+            channels.actions_ready[w].put(s)
+        t2 = time.monotonic()
+        t_wait += t1 - t0
+        t_infer += t2 - t1
+        n_batches += 1
+        n_samples += flat.shape[0]
+        if t2 - last_report >= REPORT_EVERY_S:
+            report(channels, "policy", index, {
+                "batches": n_batches, "samples": n_samples, "t_infer": t_infer, "t_wait": t_wait,
+                "t_total": t2 - last_report, "version": reader.version,
+            })
+            n_batches = n_samples = 0
+            t_infer = t_wait = 0.0
+            last_report = t2

@@ -1,0 +1,268 @@
+"""Runner: the main process. Allocates shared memory, forks the workers, supervises them, aggregates their
+reports into metrics, schedules checkpoints and shuts everything down in order.
+
+The runner never imports torch: children are forked from it, and a torch-free parent keeps every rollout
+worker small and fast to start. Torch is imported inside the policy-worker and learner processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psutil
+
+from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.metrics import MetricsWriter
+from asyncrl.envs.base import EnvSpec
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime.channels import Channels, Empty
+from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.shared import SharedWeights
+from asyncrl.runtime.trajectories import allocate_trajectories, num_slots, trajectory_bytes
+
+SHUTDOWN_TIMEOUT_S = 8.0
+
+
+def _child_main(module: str, function: str, *args) -> None:
+    """Fork target: import the component's module inside the child (so torch never loads in the runner)."""
+    getattr(importlib.import_module(module), function)(*args)
+
+
+class RunError(RuntimeError):
+    """The run could not continue (a component died or failed); message is for the user."""
+
+
+@dataclass
+class Totals:
+    """Counters over the whole run and over the current report interval."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    dropped_stale: int = 0
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    lengths: deque = field(default_factory=lambda: deque(maxlen=100))
+    learner: list[dict] = field(default_factory=list)
+    rollout_time: dict[str, float] = field(default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_total": 0.0})
+    policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
+    policy_version: int = 0
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Refuse before anything is allocated: the user gets one line saying what to do."""
+    has_ckpt = bool(list_checkpoints(cfg.run_dir))
+    if cfg.resume and not has_ckpt:
+        raise ConfigError(f"--resume: no checkpoint to resume in {cfg.run_dir}; drop --resume to start afresh")
+    if not cfg.resume and os.path.exists(os.path.join(cfg.run_dir, "metrics.jsonl")):
+        raise ConfigError(f"experiment {cfg.run_dir} already exists; pass --resume to continue it "
+                          f"or --experiment NAME to start a new one")
+    try:
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        probe = os.path.join(cfg.run_dir, ".write_test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise ConfigError(f"cannot write to train dir {cfg.run_dir} ({exc.strerror}); "
+                          f"choose another with --train-dir") from None
+
+
+def check_memory(cfg: Config, spec: EnvSpec) -> None:
+    need = trajectory_bytes(cfg, spec)
+    available = psutil.virtual_memory().available
+    if need > 0.8 * available:
+        raise ConfigError(f"the trajectory buffers need {need / 2**30:.1f} GiB but only {available / 2**30:.1f} "
+                          f"GiB of RAM is free; lower --workers, --envs-per-worker, --rollout or --batch-size")
+
+
+class Runner:
+    def __init__(self, cfg: Config, out=print):
+        self.cfg = cfg
+        self.out = out
+        self.spec = make_env_spec(cfg.env)
+        self.stop_reason: str | None = None
+        self.totals = Totals()
+        self.procs: dict[str, mp.Process] = {}
+
+    # ----- lifecycle -----
+    def run(self) -> int:
+        cfg, spec = self.cfg, self.spec
+        check_run_dir(cfg)
+        check_memory(cfg, spec)
+        with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+            f.write(cfg.to_json())
+        self.traj = allocate_trajectories(cfg, spec)
+        self.weights = SharedWeights()
+        self.channels = Channels.create(cfg.workers, num_slots(cfg))
+        self.channels.free.put_many(list(range(num_slots(cfg))))
+        self.metrics = MetricsWriter(cfg.run_dir)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.t_start = time.time()
+        try:
+            self._start_processes()
+            self._wait_ready()
+            self._loop()
+            code = 0
+        except RunError as exc:
+            self.out(f"asyncrl: error: {exc}", file=sys.stderr)
+            code = 1
+        finally:
+            self._shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.metrics.close()
+            os.close(self.weights.fd)
+        return code
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_reason = signal.Signals(signum).name
+
+    def _spawn(self, name: str, module: str, function: str, *args) -> None:
+        ctx = mp.get_context("fork")
+        proc = ctx.Process(target=_child_main, args=(module, function, *args), name=name, daemon=True)
+        proc.start()
+        self.procs[name] = proc
+
+    def _start_processes(self) -> None:
+        cfg, spec, ch = self.cfg, self.spec, self.channels
+        self._spawn("learner", "asyncrl.runtime.learner", "run_learner", cfg, spec, self.traj, self.weights, ch)
+        for i in range(cfg.policy_workers):
+            self._spawn(f"policy-{i}", "asyncrl.runtime.policy_worker", "run_policy_worker",
+                        i, cfg, spec, self.traj, self.weights, ch)
+        for i in range(cfg.workers):
+            self._spawn(f"rollout-{i}", "asyncrl.runtime.rollout_worker", "run_rollout_worker",
+                        i, cfg, self.traj, ch)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and self.stop_reason is None:
+            self._check_alive()
+            try:
+                kind, _, _, payload = self.channels.reports.get(timeout=0.1)
+            except Empty:
+                continue
+            if kind == "ready":
+                self.totals.env_steps += payload["env_steps"]
+                self.totals.policy_version = payload["version"]
+                return
+            self._handle(kind, payload)
+        if self.stop_reason is None:
+            raise RunError("the learner did not start within 300 s")
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        start_steps = self.totals.env_steps
+        last_report = last_ckpt = time.monotonic()
+        interval_steps = self.totals.env_steps
+        self.t_loop = time.monotonic()
+        while self.stop_reason is None:
+            self._drain_reports()
+            self._check_alive()
+            now = time.monotonic()
+            if now - last_report >= cfg.report_interval:
+                self._report(now - last_report, self.totals.env_steps - interval_steps)
+                last_report, interval_steps = now, self.totals.env_steps
+            if now - last_ckpt >= cfg.checkpoint_interval:
+                self.channels.learner_cmds.put(("save", self.totals.env_steps))
+                last_ckpt = now
+            frames = self.totals.env_steps * self.spec.frameskip
+            if cfg.frames and frames >= cfg.frames:
+                self.stop_reason = "frames"
+            elif cfg.seconds and now - self.t_loop >= cfg.seconds:
+                self.stop_reason = "seconds"
+            time.sleep(0.05)
+        # A last report so short runs always leave at least one metrics record.
+        self._drain_reports()
+        self._report(max(time.monotonic() - last_report, 1e-6), self.totals.env_steps - interval_steps)
+        self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if not proc.is_alive():
+                raise RunError(f"{name} exited unexpectedly (exit code {proc.exitcode}); "
+                               f"the last checkpoint in {self.cfg.run_dir}/checkpoints is kept")
+
+    def _shutdown(self) -> None:
+        ch = self.channels
+        ch.request_stop()
+        learner = self.procs.get("learner")
+        if learner is not None and learner.is_alive():
+            ch.learner_cmds.put(("stop", self.totals.env_steps))
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        for proc in self.procs.values():
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2)
+        self._drain_reports()
+
+    # ----- statistics -----
+    def _drain_reports(self) -> None:
+        while True:
+            try:
+                messages = self.channels.reports.get_many(block=False, max_messages_to_get=1000)
+            except Empty:
+                return
+            for kind, _, _, payload in messages:
+                self._handle(kind, payload)
+
+    def _handle(self, kind: str, payload: dict) -> None:
+        t = self.totals
+        if kind == "rollout":
+            t.env_steps += payload["env_steps"]
+            for ret, length in payload["episodes"]:
+                t.returns.append(ret)
+                t.lengths.append(length)
+            t.episodes += len(payload["episodes"])
+            for k in t.rollout_time:
+                t.rollout_time[k] += payload[k]
+        elif kind == "policy":
+            for k in t.policy_time:
+                t.policy_time[k] += payload[k]
+        elif kind == "learner":
+            t.learner.append(payload)
+            t.dropped_stale += payload["dropped_stale"]
+            t.policy_version = payload["policy_version"]
+        elif kind == "fatal":
+            raise RunError(payload["message"])
+        elif kind in ("warning", "info"):
+            self.out(f"asyncrl: {payload['message']}")
+
+    def _report(self, dt: float, steps: int) -> None:
+        t, fs = self.totals, self.spec.frameskip
+        record: dict = {
+            "time": round(time.time() - self.t_start, 3),
+            "frames": t.env_steps * fs,
+            "env_steps": t.env_steps,
+            "fps": steps * fs / dt,
+            "sps": steps / dt,
+            "episodes": t.episodes,
+            "episode_return_mean": sum(t.returns) / len(t.returns) if t.returns else None,
+            "episode_len_mean": sum(t.lengths) / len(t.lengths) if t.lengths else None,
+            "policy_version": t.policy_version,
+            "dropped_stale": t.dropped_stale,
+            "learner_updates": len(t.learner),
+        }
+        if t.learner:
+            for key in ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "clip_fraction",
+                        "policy_lag_mean"):
+                record[key] = sum(s[key] for s in t.learner) / len(t.learner)
+            record["policy_lag_max"] = max(s["policy_lag_max"] for s in t.learner)
+            record["learning_rate"] = t.learner[-1]["learning_rate"]
+            record["nonfinite_updates"] = t.learner[-1]["nonfinite_updates"]
+            t.learner = []
+        self.metrics.write(record, step=record["frames"])
+        ret = record["episode_return_mean"]
+        self.out(
+            f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
+            f"return {'-' if ret is None else f'{ret:7.2f}'} ({t.episodes} eps) | "
+            f"version {t.policy_version} lag {record.get('policy_lag_mean', 0):.1f}/"
+            f"{record.get('policy_lag_max', 0)} dropped {t.dropped_stale}"
+        )
