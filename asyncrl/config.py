@@ -52,6 +52,7 @@ class Config:
     normalize_obs: bool = field(default=False, metadata={"help": "running mean/std observation normalisation"})
     max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    train: bool = field(default=True, metadata={"help": "learn; --no-train only samples (throughput benchmarks)"})
     # --- run ---
     frames: int = field(default=0, metadata={"help": "stop after this many emulator frames (0: no limit)"})
     seconds: float = field(default=0.0, metadata={"help": "stop after this many seconds (0: no limit)"})

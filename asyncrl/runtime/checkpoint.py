@@ -9,8 +9,6 @@ import os
 import re
 from typing import Any
 
-
-
 _NAME = re.compile(r"ckpt_(\d+)\.pt$")
 
 

@@ -238,6 +238,12 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         t_wait += time.monotonic() - t0
         if len(pending) < k:
             continue
+        if not cfg.train:  # sampling-only run: recycle the trajectories untouched
+            channels.free.put_many(pending)
+            report(channels, "learner", 0, {"samples": len(pending) * cfg.rollout * cfg.envs_per_split,
+                                            "t_wait": t_wait, "t_copy": 0.0, "t_train": 0.0})
+            pending, t_wait = [], 0.0
+            continue
         t1 = time.monotonic()
         slots = np.asarray(pending, dtype=np.int64)
         batch = gather_batch(traj, slots, learner.version, device)

@@ -228,12 +228,28 @@ class Runner:
                 t.policy_time[k] += payload[k]
         elif kind == "learner":
             t.learner.append(payload)
-            t.dropped_stale += payload["dropped_stale"]
-            t.policy_version = payload["policy_version"]
+            t.dropped_stale += payload.get("dropped_stale", 0)
+            t.policy_version = payload.get("policy_version", t.policy_version)
         elif kind == "fatal":
             raise RunError(payload["message"])
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
+
+    def _stage_fractions(self) -> dict[str, float | None]:
+        """Share of wall time each process type spent in each stage during the interval (then reset)."""
+        t = self.totals
+        out: dict[str, float | None] = {}
+        for prefix, times in (("rollout", t.rollout_time), ("policy", t.policy_time)):
+            total = times["t_total"]
+            for stage, value in times.items():
+                if stage != "t_total":
+                    out[f"{prefix}_{stage[2:]}_frac"] = value / total if total > 0 else None
+                times[stage] = 0.0
+        learner_total = sum(s.get("t_wait", 0) + s.get("t_copy", 0) + s.get("t_train", 0) for s in t.learner)
+        for stage in ("wait", "copy", "train"):
+            value = sum(s.get(f"t_{stage}", 0.0) for s in t.learner)
+            out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
+        return out
 
     def _report(self, dt: float, steps: int) -> None:
         t, fs = self.totals, self.spec.frameskip
@@ -250,19 +266,19 @@ class Runner:
             "dropped_stale": t.dropped_stale,
             "learner_updates": len(t.learner),
         }
-        if t.learner:
-            for key in ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "clip_fraction",
-                        "policy_lag_mean"):
-                record[key] = sum(s[key] for s in t.learner) / len(t.learner)
-            record["policy_lag_max"] = max(s["policy_lag_max"] for s in t.learner)
-            record["learning_rate"] = t.learner[-1]["learning_rate"]
-            record["nonfinite_updates"] = t.learner[-1]["nonfinite_updates"]
-            t.learner = []
+        trained = [s for s in t.learner if "policy_loss" in s]
+        for key in ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "clip_fraction", "policy_lag_mean"):
+            record[key] = sum(s[key] for s in trained) / len(trained) if trained else None
+        record["policy_lag_max"] = max(s["policy_lag_max"] for s in trained) if trained else None
+        record["learning_rate"] = trained[-1]["learning_rate"] if trained else None
+        record["nonfinite_updates"] = trained[-1]["nonfinite_updates"] if trained else 0
+        record.update(self._stage_fractions())
+        t.learner = []
         self.metrics.write(record, step=record["frames"])
-        ret = record["episode_return_mean"]
+        ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
         self.out(
             f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
             f"return {'-' if ret is None else f'{ret:7.2f}'} ({t.episodes} eps) | "
-            f"version {t.policy_version} lag {record.get('policy_lag_mean', 0):.1f}/"
-            f"{record.get('policy_lag_max', 0)} dropped {t.dropped_stale}"
+            f"version {t.policy_version} lag {'-' if lag is None else f'{lag:.1f}/{lag_max}'} "
+            f"dropped {t.dropped_stale}", flush=True,
         )
