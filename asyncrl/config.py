@@ -18,6 +18,19 @@ def default_workers() -> int:
     return max(2, 2 * (os.cpu_count() or 1))
 
 
+def auto_envs_per_worker(cfg: Config) -> int:
+    """Envs per worker such that all envs hold about two batches of trajectories in flight.
+
+    The oldest sample of a trajectory is about envs x rollout / batch updates old when the learner sees it,
+    so sizing the env count from the batch keeps policy lag near 2 for any worker count. The envs per split
+    are a divisor of batch / rollout, so batches are whole trajectories.
+    """
+    per_batch = cfg.batch_size // max(cfg.rollout, 1)
+    target = max(1, 2 * per_batch // max(cfg.workers * cfg.worker_splits, 1))
+    divisors = [d for d in range(1, per_batch + 1) if per_batch % d == 0 and d <= target] or [1]
+    return max(divisors) * max(cfg.worker_splits, 1)
+
+
 class ConfigError(ValueError):
     """Bad user input; the CLI prints it as one line and exits with code 2."""
 
@@ -29,23 +42,24 @@ class Config:
     env: str = field(default="atari_pong", metadata={"help": "atari_<game>, a gymnasium id, null, or module:callable"})
     # --- sampling ---
     workers: int = field(default_factory=default_workers, metadata={"help": "rollout worker processes"})
-    envs_per_worker: int = field(default=4, metadata={"help": "envs each rollout worker steps"})
+    envs_per_worker: int = field(default=0, metadata={
+        "help": "envs each rollout worker steps (0: auto, about 2 batches in flight so policy lag stays ~2)"})
     worker_splits: int = field(default=2, metadata={"help": "groups per worker stepped alternately (double buffering)"})
     policy_workers: int = field(default=1, metadata={"help": "inference processes"})
     rollout: int = field(default=32, metadata={"help": "trajectory length T (agent steps)"})
     env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
     # --- learning ---
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
-    epochs: int = field(default=1, metadata={"help": "passes over each batch"})
-    minibatches: int = field(default=1, metadata={"help": "optimizer steps per epoch"})
-    lr: float = field(default=3e-4, metadata={"help": "Adam learning rate"})
+    epochs: int = field(default=2, metadata={"help": "passes over each batch"})
+    minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
+    lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
     lr_schedule: str = field(default="constant", metadata={"help": "constant or linear (decays to 0 at --frames)"})
     adam_eps: float = field(default=1e-5, metadata={"help": "Adam epsilon"})
     gamma: float = field(default=0.99, metadata={"help": "discount factor"})
     clip_ratio: float = field(default=0.1, metadata={"help": "PPO clip epsilon"})
     value_coeff: float = field(default=0.5, metadata={"help": "value loss weight"})
     entropy_coeff: float = field(default=0.01, metadata={"help": "entropy bonus weight"})
-    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient norm clip"})
+    max_grad_norm: float = field(default=0.5, metadata={"help": "gradient norm clip"})
     vtrace_rho: float = field(default=1.0, metadata={"help": "V-trace rho-bar (importance weight clip)"})
     vtrace_c: float = field(default=1.0, metadata={"help": "V-trace c-bar (trace cutting)"})
     normalize_advantages: bool = field(default=True, metadata={"help": "normalise advantages per minibatch"})
@@ -86,6 +100,12 @@ class Config:
     @property
     def trajectories_per_batch(self) -> int:
         return self.batch_size // (self.rollout * self.envs_per_split)
+
+    def resolve(self) -> Config:
+        """Fill in automatic settings (in place) and return self."""
+        if self.envs_per_worker == 0:
+            self.envs_per_worker = auto_envs_per_worker(self)
+        return self
 
     def validate(self) -> None:
         """Raise ConfigError with a one-line fix for any impossible setting."""
@@ -153,4 +173,4 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> Config:
     args = build_parser().parse_args(argv)
-    return Config(**vars(args))
+    return Config(**vars(args)).resolve()

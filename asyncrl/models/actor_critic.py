@@ -40,22 +40,37 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
+        features = self._features(obs)
+        return self.policy_head(features), self.value_head(features).squeeze(-1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer.normalize(obs.float()).float()
-        features = self.encoder(obs)
-        return self.policy_head(features), self.value_head(features).squeeze(-1)
+        return self.encoder(obs)
 
     def distribution(self, policy_out: torch.Tensor) -> Distribution:
         if self.discrete:
             return Categorical(logits=policy_out)
         return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample actions for inference: (actions, log-probs)."""
-        dist = self.distribution(self(obs)[0])
-        actions = dist.sample()
-        return actions, dist.log_prob(actions)
+        """Sample actions for inference: (actions, log-probs).
+
+        The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max
+        sampling for categorical heads, reparameterised noise for Gaussian ones.
+        """
+        out = self.policy_head(self._features(obs))  # acting needs no value
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            noise = torch.empty_like(logp_all).exponential_().log_()
+            actions = (logp_all - noise).argmax(dim=-1)
+            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        std = self.log_std.exp()
+        eps = torch.randn_like(out)
+        actions = out + std * eps
+        logp = (-0.5 * eps.square() - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return actions, logp
 
 
 def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False) -> ActorCritic:

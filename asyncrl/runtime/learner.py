@@ -26,6 +26,8 @@ from asyncrl.runtime.devices import resolve_device
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
 
+NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradient before the run stops
+
 
 @dataclass
 class Batch:
@@ -78,6 +80,7 @@ class Learner:
         self.version = 0
         self.samples_trained = 0
         self.nonfinite_updates = 0
+        self.nonfinite_streak = 0  # consecutive skipped steps; NONFINITE_LIMIT of them stop the run
 
     def learning_rate(self, frames: int) -> float:
         if self.cfg.lr_schedule == "linear" and self.cfg.frames:
@@ -123,6 +126,7 @@ class Learner:
 
     def _step(self, mb: Batch, mask: torch.Tensor) -> dict[str, float]:
         t, b = mb.rewards.shape
+        t0 = time.monotonic()
         policy_out, values = self.model(mb.obs.reshape(-1, *self.spec.obs_shape))
         values = values.reshape(t + 1, b)
         # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
@@ -131,14 +135,20 @@ class Learner:
         entropy = dist.entropy().reshape(t, b)
         loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.dones, mask, self.hp)
         self.optimizer.zero_grad(set_to_none=True)
+        t1 = time.monotonic()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+        finite = bool(torch.isfinite(loss) and torch.isfinite(grad_norm))
+        t2 = time.monotonic()
+        if not finite:
             self.nonfinite_updates += 1
+            self.nonfinite_streak += 1
             self.optimizer.zero_grad(set_to_none=True)
         else:
+            self.nonfinite_streak = 0
             self.optimizer.step()
         out = {k: float(v) for k, v in stats.items()}
+        out.update(t_forward=t1 - t0, t_backward=t2 - t1, t_optim=time.monotonic() - t2)
         out["grad_norm"] = float(grad_norm)
         out["loss"] = float(loss.detach())
         return out
@@ -211,6 +221,9 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps})
 
     def save(steps: int) -> None:
+        if not all(torch.isfinite(t).all() for t in publisher.tensors):
+            report(channels, "warning", 0, {"message": "not saving a checkpoint: the weights are not finite"})
+            return
         save_checkpoint(cfg.run_dir, learner.version, {"learner": learner.state_dict(), "env_steps": steps,
                                                        "config": cfg.to_json(), "env": cfg.env},
                         cfg.keep_checkpoints)
@@ -259,6 +272,20 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         stats.update(t_wait=t_wait, t_copy=t2 - t1, t_train=t3 - t2)
         t_wait = 0.0
         report(channels, "learner", 0, stats)
+        if learner.nonfinite_streak >= NONFINITE_LIMIT:
+            return _stop_nonfinite(channels, learner, batch)
+
+
+def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
+    """Report the divergence as fatal and wait for the runner to stop (no checkpoint of this state)."""
+    bad = [n for n in ("rewards", "obs") if not torch.isfinite(getattr(batch, n).float()).all()]
+    cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
+    message = (f"{learner.nonfinite_streak} updates in a row had a NaN/Inf loss or gradient ({cause}); stopped. "
+               f"The last good checkpoint in {learner.cfg.run_dir}/checkpoints is kept. Fix: check the env's "
+               f"rewards and observations, lower --lr, keep --max-grad-norm, try --normalize-obs")
+    report(channels, "fatal", 0, {"message": message, "code": "nonfinite"})
+    while not channels.stopping:  # exiting now could reach the runner before the message does
+        time.sleep(0.05)
 
 
 def _next_command(channels: Channels) -> tuple[str, int] | None:

@@ -20,6 +20,7 @@ import psutil
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import MetricsWriter
+from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.channels import Channels, Empty
@@ -51,6 +52,7 @@ class Totals:
     learner: list[dict] = field(default_factory=list)
     rollout_time: dict[str, float] = field(default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_total": 0.0})
     policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
+    policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
 
 
@@ -89,6 +91,7 @@ class Runner:
         self.stop_reason: str | None = None
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
+        self.monitor = RunMonitor(cfg, self.spec, out)
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -161,8 +164,12 @@ class Runner:
         last_report = last_ckpt = time.monotonic()
         interval_steps = self.totals.env_steps
         self.t_loop = time.monotonic()
+        first_frames = False
         while self.stop_reason is None:
             self._drain_reports()
+            if not first_frames and self.totals.env_steps > start_steps:
+                first_frames = True
+                self.out(f"first frames {time.time() - self.t_start:.1f} s after start", flush=True)
             self._check_alive()
             now = time.monotonic()
             if now - last_report >= cfg.report_interval:
@@ -221,9 +228,12 @@ class Runner:
                 t.returns.append(ret)
                 t.lengths.append(length)
             t.episodes += len(payload["episodes"])
+            self.monitor.sample_queues(self.channels)
             for k in t.rollout_time:
                 t.rollout_time[k] += payload[k]
         elif kind == "policy":
+            t.policy_batches[0] += payload["batches"]
+            t.policy_batches[1] += payload["samples"]
             for k in t.policy_time:
                 t.policy_time[k] += payload[k]
         elif kind == "learner":
@@ -231,6 +241,9 @@ class Runner:
             t.dropped_stale += payload.get("dropped_stale", 0)
             t.policy_version = payload.get("policy_version", t.policy_version)
         elif kind == "fatal":
+            record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
+                                               time.time() - self.t_start)
+            self.metrics.write(record, step=record["frames"])
             raise RunError(payload["message"])
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
@@ -245,6 +258,9 @@ class Runner:
                 if stage != "t_total":
                     out[f"{prefix}_{stage[2:]}_frac"] = value / total if total > 0 else None
                 times[stage] = 0.0
+        batches, samples = t.policy_batches
+        out["inference_batch_mean"] = samples / batches if batches else None
+        t.policy_batches = [0, 0]
         learner_total = sum(s.get("t_wait", 0) + s.get("t_copy", 0) + s.get("t_train", 0) for s in t.learner)
         for stage in ("wait", "copy", "train"):
             value = sum(s.get(f"t_{stage}", 0.0) for s in t.learner)
@@ -273,6 +289,7 @@ class Runner:
         record["learning_rate"] = trained[-1]["learning_rate"] if trained else None
         record["nonfinite_updates"] = trained[-1]["nonfinite_updates"] if trained else 0
         record.update(self._stage_fractions())
+        record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []
         self.metrics.write(record, step=record["frames"])
         ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
@@ -282,3 +299,4 @@ class Runner:
             f"version {t.policy_version} lag {'-' if lag is None else f'{lag:.1f}/{lag_max}'} "
             f"dropped {t.dropped_stale}", flush=True,
         )
+        self.monitor.flush()

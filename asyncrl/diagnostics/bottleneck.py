@@ -1,0 +1,101 @@
+"""Which stage limits throughput: a pure function of one report interval's stage-time fractions.
+
+The pipeline is env stepping (rollout workers) -> inference (policy workers) -> transfer (queues, copies)
+-> training (learner). The stage that limits it is the one that is busy while the others wait for it:
+
+* the learner is busy almost all the time (it never waits for data)          -> training-bound
+  (unless copying batches out of shared memory is most of its busy time)      -> transfer-bound
+* otherwise the busiest of env stepping and inference, if it is busy enough   -> env- / inference-bound
+* nobody is busy most of the time (rollout workers wait for actions, policy
+  workers wait for requests, the learner waits for trajectories)              -> transfer-bound: the time
+  goes into handing messages between processes
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("env", "transfer", "inference", "training")
+LABELS = {"env": "environment-bound", "transfer": "transfer-bound", "inference": "inference-bound",
+          "training": "training-bound"}
+
+LEARNER_SATURATED = 0.75  # learner busy (copy + train) share above which training limits throughput
+COPY_DOMINANT = 0.5  # share of the learner's busy time spent copying batches that makes it transfer-bound
+STAGE_BUSY = 0.4  # busiest stage below this: every process mostly waits on the others -> transfer-bound
+
+REMEDIES = {
+    "env": "stepping envs limits throughput (the policy worker and learner wait for experience): add envs "
+           "or rollout processes (--envs-per-worker, --workers up to ~2x the cores), use a vectorised or "
+           "C++ env (atari_* with --env-threads), a GPU-simulated env, or speed up the simulator",
+    "transfer": "moving data between processes limits throughput: send fewer, bigger messages (more "
+                "--envs-per-worker per split, fewer --worker-splits, longer --rollout), keep observations "
+                "compact (uint8 frames), keep data in the shared buffers (no extra copies), and leave a core "
+                "free per policy worker/learner",
+    "inference": "the policy worker is saturated and the rollout workers wait for actions: add "
+                 "--policy-workers, batch more envs per request (--envs-per-worker), run inference on a GPU "
+                 "(--device cuda), or use a smaller model",
+    "training": "the learner is saturated and rollout workers wait for free trajectory slots: train on a "
+                "GPU (--device cuda) with bigger batches (--batch-size) and mixed precision, fewer "
+                "--epochs/--minibatches, or a smaller model (--hidden-size); extra env workers will not help",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # one of KINDS
+    reason: str  # the evidence, e.g. "rollout workers step envs 95% of the time; learner waits 90%"
+    remedy: str
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    def line(self) -> str:
+        return f"bottleneck: {self.label} ({self.reason}) -> {self.remedy}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def classify(fractions: dict[str, float | None], gpu_util: float | None = None) -> Verdict | None:
+    """The bottleneck for one interval, or None without enough timings (the first seconds of a run).
+
+    `fractions` holds the runner's `rollout_env_frac`, `policy_infer_frac`, `learner_wait_frac`,
+    `learner_copy_frac`, `learner_train_frac` (each a share of that process type's wall time, or None).
+    `gpu_util` (0-100) is only quoted in the evidence.
+    """
+    env = fractions.get("rollout_env_frac")
+    infer = fractions.get("policy_infer_frac")
+    copy = fractions.get("learner_copy_frac") or 0.0
+    train = fractions.get("learner_train_frac") or 0.0
+    learner_wait = fractions.get("learner_wait_frac")
+    if env is None or infer is None:
+        return None
+    gpu = "" if gpu_util is None else f"; GPU {gpu_util:.0f}% busy"
+    learner_busy = copy + train
+    if learner_wait is not None and learner_busy >= LEARNER_SATURATED:
+        if copy >= COPY_DOMINANT * learner_busy:
+            return Verdict("transfer", f"learner copies batches {_pct(copy)} of the time, trains "
+                                       f"{_pct(train)}{gpu}", REMEDIES["transfer"])
+        return Verdict("training", f"learner trains {_pct(train)} of the time and never waits for data; "
+                                   f"rollout workers wait {_pct(1 - env)}{gpu}", REMEDIES["training"])
+    waits = "" if learner_wait is None else f"; learner waits {_pct(learner_wait)}"
+    if max(env, infer) < STAGE_BUSY:
+        return Verdict("transfer", f"no stage is busy: rollout workers step envs {_pct(env)}, the policy worker "
+                                   f"infers {_pct(infer)}{waits}{gpu}", REMEDIES["transfer"])
+    if env >= infer:
+        return Verdict("env", f"rollout workers step envs {_pct(env)} of the time, the policy worker infers "
+                              f"{_pct(infer)}{waits}{gpu}", REMEDIES["env"])
+    return Verdict("inference", f"the policy worker infers {_pct(infer)} of the time while rollout workers "
+                                f"step envs {_pct(env)}{waits}{gpu}", REMEDIES["inference"])
+
+
+def dominant(kinds: list[str | None]) -> str | None:
+    """The most frequent verdict of a run (ties go to the later one), ignoring intervals without one."""
+    seen = [k for k in kinds if k in KINDS]
+    if not seen:
+        return None
+    counts = {k: seen.count(k) for k in KINDS}
+    best = max(counts.values())
+    return next(k for k in reversed(seen) if counts[k] == best)

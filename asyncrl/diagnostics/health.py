@@ -1,0 +1,202 @@
+"""Training-health detectors: pure functions over the run's metrics records (oldest first).
+
+Each detector looks at the newest record (with the earlier ones as a baseline) and returns an `Alert` while
+its condition holds, or None. The runner calls `detect` every report interval and prints each alert code
+once; `asyncrl-diagnose` calls it over a finished run. Thresholds are deliberately loose: a warning should
+mean something is really wrong, not that a short run on a busy machine was noisy.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Record = dict[str, Any]
+
+QUEUES = {  # metrics key -> (what it holds, who consumes it)
+    "queue_requests": ("observation requests", "policy workers: add --policy-workers or use --device cuda"),
+    "queue_full": ("full trajectories", "learner: it is training-bound, see the bottleneck verdict"),
+    "queue_reports": ("statistics reports", "runner: raise --report-interval or reduce the number of workers"),
+}
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str  # short, stable: recorded in metrics.jsonl `alerts`
+    message: str  # what was observed
+    fix: str  # what to do (the user guide's remedy in asyncrl flags)
+
+    def line(self) -> str:
+        return f"warning [{self.code}]: {self.message} -> {self.fix}"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    entropy_floor: float | None = None  # entropy below this is a collapse (see `entropy_floor`)
+    kl_max: float = 0.1  # KL(behaviour || current) per sample; APPO usually stays below 0.02
+    grad_spike: float = 10.0  # interval max gradient norm vs the median of earlier intervals
+    value_growth: float = 100.0  # value loss vs its lowest earlier value
+    fps_drop: float = 0.5  # recent FPS vs the run's early FPS
+    queue_window: int = 6  # records over which a queue must keep growing
+    memory_min_mb: float = 256.0  # growth in total RSS that counts as a leak (and 25% of the start)
+    warmup_records: int = 2  # first records skipped by the trend detectors (start-up, allocations)
+    progress_records: int = 10  # records with returns before "returns not rising" is judged
+
+
+def entropy_floor(discrete: bool, num_actions: int) -> float:
+    """Collapse level for the initial policy's family: 5% of the uniform entropy ln(n) for categorical
+    policies; for diagonal Gaussians (initial std 1) the entropy of stds shrunk 20-fold."""
+    if discrete:
+        return 0.05 * math.log(max(num_actions, 2))
+    return num_actions * (0.5 * math.log(2 * math.pi * math.e) - math.log(20.0))
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _series(records: Sequence[Record], key: str) -> list[float]:
+    return [float(r[key]) for r in records if _finite(r.get(key))]
+
+
+def nonfinite(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    last = records[-1]
+    before = records[-2].get("nonfinite_updates", 0) if len(records) > 1 else 0
+    skipped = (last.get("nonfinite_updates") or 0) - (before or 0)
+    bad = [k for k in ("policy_loss", "value_loss", "grad_norm", "entropy", "kl", "episode_return_mean")
+           if isinstance(last.get(k), float) and not math.isfinite(last[k])]
+    if skipped <= 0 and not bad and not last.get("fatal"):
+        return None
+    parts = [f"{skipped} update(s) with a NaN/Inf loss or gradient were skipped"] if skipped > 0 else []
+    if bad:
+        parts.append(f"non-finite {', '.join(bad)}")
+    if "episode_return_mean" in bad:
+        parts.append("the env returns NaN/Inf rewards")
+    return Alert("nonfinite", "; ".join(parts) or str(last.get("fatal")),
+                 "check the env's rewards and observations for NaN/Inf, lower --lr, keep gradient clipping "
+                 "(--max-grad-norm), try --normalize-obs")
+
+
+def entropy_collapse(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    h = records[-1].get("entropy")
+    if th.entropy_floor is None or not _finite(h) or h >= th.entropy_floor:
+        return None
+    return Alert("entropy_collapse", f"policy entropy {h:.3g} fell below {th.entropy_floor:.3g} (the policy "
+                 "has become deterministic)", "raise --entropy-coeff, lower --lr")
+
+
+def kl_high(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    kl = records[-1].get("kl")
+    if not _finite(kl) or kl <= th.kl_max:
+        return None
+    return Alert("kl_high", f"KL between acting and learning policy {kl:.3g} > {th.kl_max:g}",
+                 "lower --lr, fewer --epochs, smaller --clip-ratio, lower --max-policy-lag")
+
+
+def grad_spike(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    earlier = _series(records[:-1], "grad_norm")
+    last = records[-1]
+    peak = last.get("grad_norm_max", last.get("grad_norm"))
+    if len(earlier) < 3 or not _finite(peak):
+        return None
+    ref = statistics.median(earlier)
+    if ref <= 0 or peak <= th.grad_spike * ref:
+        return None
+    return Alert("grad_spike", f"gradient norm {peak:.3g} is {peak / ref:.0f}x its usual {ref:.3g}",
+                 "lower --lr or --max-grad-norm, scale or clip rewards, try --normalize-obs")
+
+
+def value_exploding(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    losses = _series(records, "value_loss")
+    if len(losses) < 3 or not _finite(records[-1].get("value_loss")):
+        return None
+    last, low = losses[-1], min(losses[:-1])
+    if not (last > th.value_growth * max(low, 1e-8) and last > losses[-2]):
+        return None
+    return Alert("value_exploding", f"value loss {last:.3g} is {last / max(low, 1e-8):.0f}x its lowest "
+                 f"({low:.3g}) and still rising", "lower --lr, scale or clip rewards, lower --value-coeff")
+
+
+def fps_degrading(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    fps = _series(records[th.warmup_records:], "fps")
+    if len(fps) < 8:
+        return None
+    early, recent = statistics.median(fps[: len(fps) // 2]), statistics.median(fps[-3:])
+    if early <= 0 or recent >= th.fps_drop * early:
+        return None
+    return Alert("fps_degrading", f"throughput fell from {early:,.0f} to {recent:,.0f} FPS",
+                 "look for growing memory or queues, other jobs on the machine (per-process CPU% in "
+                 "metrics.jsonl), or an env that slows down over time")
+
+
+def _keeps_growing(values: list[float]) -> bool:
+    rising = all(b >= a for a, b in zip(values, values[1:]))
+    return rising and values[-1] >= values[0] + max(3.0, 0.5 * values[0])
+
+
+def queue_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    window = records[-th.queue_window:]
+    if len(window) < th.queue_window:
+        return None
+    for key, (what, consumer) in QUEUES.items():
+        values = _series(window, key)
+        if len(values) == th.queue_window and _keeps_growing(values):
+            return Alert("queue_growing", f"the queue of {what} keeps growing ({values[0]:.0f} -> "
+                         f"{values[-1]:.0f})", f"its consumer falls behind, the {consumer}")
+    return None
+
+
+def memory_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    rss = _series(records[th.warmup_records:], "rss_mb_total")
+    if len(rss) < 6:
+        return None
+    start = min(rss[:3])
+    growth = rss[-1] - start
+    steps = [b - a for a, b in zip(rss, rss[1:])]
+    mostly_up = sum(s >= 0 for s in steps) >= 0.8 * len(steps)
+    if not (mostly_up and growth > max(th.memory_min_mb, 0.25 * start)):
+        return None
+    return Alert("memory_growing", f"total RSS grew from {start:,.0f} to {rss[-1]:,.0f} MB and keeps rising "
+                 "(a leak)", "see which process grows (procs in metrics.jsonl); save often and --resume "
+                 "while you find it")
+
+
+def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    returns = _series(records, "episode_return_mean")
+    if len(returns) < th.progress_records:
+        return None
+    third = len(returns) // 3
+    early, late = statistics.fmean(returns[:third]), statistics.fmean(returns[-third:])
+    if late > early + 0.05 * abs(early) + 1e-9:
+        return None
+    return Alert("returns_flat", f"episode return is not rising ({early:.3g} -> {late:.3g})",
+                 "run asyncrl-diagnose: if the value loss is not falling check the data pipeline; if entropy "
+                 "is low raise --entropy-coeff / lower --lr; otherwise tune hyperparameters or train longer")
+
+
+DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
+    nonfinite, entropy_collapse, kl_high, grad_spike, value_exploding, fps_degrading, queue_growing,
+    memory_growing, returns_flat,
+)
+CODES = ("nonfinite", "entropy_collapse", "kl_high", "grad_spike", "value_exploding", "fps_degrading",
+         "queue_growing", "memory_growing", "returns_flat")
+
+
+def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Alert]:
+    """Alerts that hold at the newest record."""
+    if not records:
+        return []
+    th = th or Thresholds()
+    return [a for a in (d(records, th) for d in DETECTORS) if a is not None]
+
+
+def detect_over_run(records: Sequence[Record], th: Thresholds | None = None) -> dict[str, Alert]:
+    """First alert of each kind over a whole run (what `asyncrl-diagnose` reports), by code."""
+    found: dict[str, Alert] = {}
+    for i in range(1, len(records) + 1):
+        for alert in detect(records[:i], th):
+            found.setdefault(alert.code, alert)
+    return found

@@ -1,0 +1,103 @@
+"""The runner's always-on profiler and health monitor.
+
+Every report interval the runner hands its metrics record to `RunMonitor.observe`, which adds queue lengths,
+per-process RSS/CPU, GPU utilisation, the learner's forward/backward/optimizer split, the bottleneck verdict
+and the health alerts; `flush` then prints the verdict and any alert not printed before. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from asyncrl.config import Config
+from asyncrl.diagnostics.bottleneck import classify
+from asyncrl.diagnostics.health import Thresholds, detect, entropy_floor
+from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, summarize
+from asyncrl.envs.base import EnvSpec
+
+EARLY_RECORDS = 20  # kept for good: the detectors' baselines
+RECENT_RECORDS = 500  # kept as a sliding window (a long run's history must not itself leak)
+QUEUE_NAMES = ("requests", "full", "free", "reports")
+
+
+class RunMonitor:
+    def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
+        self.cfg, self.out = cfg, out
+        self.thresholds = Thresholds(entropy_floor=entropy_floor(spec.discrete, spec.num_actions))
+        self.processes = ProcessSampler()
+        self.gpu = GpuSampler(enabled=cfg.device != "cpu")
+        self._queue_sums: dict[str, float] = {}
+        self._queue_samples = 0
+        self._early: list[dict[str, Any]] = []
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
+        self._printed: set[str] = set()
+        self._pending: list[str] = []
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self._early + list(self._recent)
+
+    def sample_queues(self, channels: Any) -> None:
+        """Add one sample of each queue's length (called on every rollout report, ~1 Hz per worker)."""
+        for name in QUEUE_NAMES:
+            try:
+                n = getattr(channels, name).qsize()
+            except Exception:  # noqa: BLE001 - a statistic is never worth failing the run for
+                continue
+            self._queue_sums[name] = self._queue_sums.get(name, 0.0) + n
+        self._queue_samples += 1
+
+    def observe(self, record: dict[str, Any], learner_stats: Sequence[Mapping[str, float]],
+                procs: Mapping[str, Any], channels: Any) -> dict[str, Any]:
+        """The extra fields for this interval's record (call before the learner stats are cleared)."""
+        self.sample_queues(channels)
+        extra: dict[str, Any] = {f"queue_{k}": round(v / self._queue_samples, 2) for k, v in self._queue_sums.items()}
+        self._queue_sums, self._queue_samples = {}, 0
+        extra.update(self._learner_split(learner_stats))
+        pids = {name: getattr(p, "pid", None) for name, p in procs.items()}
+        sampled = self.processes.sample(pids)
+        extra["procs"] = sampled
+        extra.update(summarize(sampled))
+        extra.update(self.gpu.sample())
+        verdict = classify(record, extra.get("gpu_util"))
+        extra["bottleneck"] = verdict.kind if verdict else None
+        extra["bottleneck_reason"] = verdict.reason if verdict else None
+        if verdict is not None:
+            self._pending.append(f"  {verdict.line()}")
+        full = {**record, **extra}
+        (self._early if len(self._early) < EARLY_RECORDS else self._recent).append(full)
+        alerts = detect(self.history, self.thresholds)
+        extra["alerts"] = [a.code for a in alerts]
+        for alert in alerts:
+            if alert.code not in self._printed:
+                self._printed.add(alert.code)
+                self._pending.append(f"asyncrl: {alert.line()}")
+        full["alerts"] = extra["alerts"]
+        return extra
+
+    def flush(self) -> None:
+        """Print the interval's verdict and new alerts (after the runner's progress line)."""
+        for line in self._pending:
+            self.out(line, flush=True)
+        self._pending = []
+
+    def _learner_split(self, stats: Sequence[Mapping[str, float]]) -> dict[str, float]:
+        """Gradient-norm peak, and forward/backward/optimizer shares of the learner's wall time."""
+        out: dict[str, float] = {}
+        norms = [s["grad_norm"] for s in stats if "grad_norm" in s]
+        if norms:
+            out["grad_norm_max"] = max(norms)
+        total = sum(s.get("t_wait", 0.0) + s.get("t_copy", 0.0) + s.get("t_train", 0.0) for s in stats)
+        steps = self.cfg.epochs * self.cfg.minibatches
+        if total > 0 and any("t_forward" in s for s in stats):
+            for part in ("forward", "backward", "optim"):
+                out[f"learner_{part}_frac"] = sum(s.get(f"t_{part}", 0.0) for s in stats) * steps / total
+        return out
+
+    def fatal_record(self, payload: Mapping[str, Any], frames: int, env_steps: int, elapsed: float) -> dict:
+        """A last metrics record for a run stopped by a component's fatal error."""
+        code = payload.get("code")
+        return {"time": round(elapsed, 3), "frames": frames, "env_steps": env_steps,
+                "fatal": payload.get("message", ""), "alerts": [code] if code else []}

@@ -1,0 +1,91 @@
+"""Per-process memory/CPU (psutil) and GPU utilisation (nvidia-smi) sampled by the runner; no torch here."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+
+import psutil
+
+MB = 2**20
+
+
+def process_type(name: str) -> str:
+    """`rollout-3` -> `rollout`; `learner` -> `learner`."""
+    return name.split("-", 1)[0]
+
+
+class ProcessSampler:
+    """RSS and CPU% of the runner and its named children. CPU% is over the time since the previous sample
+    (the first sample of a process reads 0), summed over threads, so a process can exceed 100%."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def _get(self, pid: int) -> psutil.Process:
+        proc = self._procs.get(pid)
+        if proc is None:
+            proc = self._procs[pid] = psutil.Process(pid)
+            proc.cpu_percent(None)
+        return proc
+
+    def sample(self, pids: Mapping[str, int | None]) -> dict[str, dict[str, float]]:
+        """{name: {"rss_mb", "cpu"}} for every live process in `pids` plus the runner itself."""
+        out: dict[str, dict[str, float]] = {}
+        live: set[int] = set()
+        for name, pid in {"runner": psutil.Process().pid, **pids}.items():
+            if pid is None:
+                continue
+            try:
+                proc = self._get(pid)
+                with proc.oneshot():
+                    out[name] = {"rss_mb": round(proc.memory_info().rss / MB, 1),
+                                 "cpu": round(proc.cpu_percent(None), 1)}
+                live.add(pid)
+            except psutil.Error:  # exited between the listing and the sample
+                continue
+        self._procs = {pid: p for pid, p in self._procs.items() if pid in live}
+        return out
+
+
+def summarize(procs: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Flat totals per process type (`rss_mb_rollout`, `cpu_learner`, ...) and `rss_mb_total`."""
+    out: dict[str, float] = {"rss_mb_total": round(sum(p["rss_mb"] for p in procs.values()), 1)}
+    for name, p in procs.items():
+        kind = process_type(name)
+        out[f"rss_mb_{kind}"] = round(out.get(f"rss_mb_{kind}", 0.0) + p["rss_mb"], 1)
+        out[f"cpu_{kind}"] = round(out.get(f"cpu_{kind}", 0.0) + p["cpu"], 1)
+    return out
+
+
+class GpuSampler:
+    """`nvidia-smi --query-gpu` when the binary exists; disables itself after the first failure."""
+
+    QUERY = "utilization.gpu,memory.used,memory.total"
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.binary = shutil.which("nvidia-smi") if enabled else None
+
+    def sample(self) -> dict[str, float]:
+        """{"gpu_util", "gpu_mem_mb", "gpu_mem_total_mb"} averaged/summed over GPUs, or {} without one."""
+        if self.binary is None:
+            return {}
+        try:
+            out = subprocess.run([self.binary, f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5, check=True).stdout
+            rows = [[float(x) for x in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+        except (OSError, subprocess.SubprocessError, ValueError):
+            self.binary = None
+            return {}
+        if not rows:
+            return {}
+        return parse_rows(rows)
+
+
+def parse_rows(rows: list[list[float]]) -> dict[str, float]:
+    return {
+        "gpu_util": round(sum(r[0] for r in rows) / len(rows), 1),
+        "gpu_mem_mb": round(sum(r[1] for r in rows), 1),
+        "gpu_mem_total_mb": round(sum(r[2] for r in rows), 1),
+    }
