@@ -50,7 +50,7 @@ class Config:
     env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
     # --- learning ---
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
-    epochs: int = field(default=2, metadata={"help": "passes over each batch"})
+    epochs: int = field(default=1, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
     lr_schedule: str = field(default="constant", metadata={"help": "constant or linear (decays to 0 at --frames)"})

@@ -64,6 +64,9 @@ def run_once(flags: list[str], seed: int, target: float, max_steps: int, max_sec
             out[f"secs_{key}"] = rec["time"] if rec else None
         out["best"] = max((r["episode_return_mean"] or 0.0 for r in records), default=None)
         out["final_steps"] = records[-1]["env_steps"] if records else 0
+        out["dropped_stale"] = records[-1]["dropped_stale"] if records else 0
+        out["lag_max"] = max((r["policy_lag_max"] for r in records if r.get("policy_lag_max") is not None),
+                             default=None)
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

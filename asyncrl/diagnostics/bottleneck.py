@@ -13,7 +13,9 @@ The pipeline is env stepping (rollout workers) -> inference (policy workers) -> 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 KINDS = ("env", "transfer", "inference", "training")
 LABELS = {"env": "environment-bound", "transfer": "transfer-bound", "inference": "inference-bound",
@@ -22,6 +24,7 @@ LABELS = {"env": "environment-bound", "transfer": "transfer-bound", "inference":
 LEARNER_SATURATED = 0.75  # learner busy (copy + train) share above which training limits throughput
 COPY_DOMINANT = 0.5  # share of the learner's busy time spent copying batches that makes it transfer-bound
 STAGE_BUSY = 0.4  # busiest stage below this: every process mostly waits on the others -> transfer-bound
+MACHINE_BUSY = 90.0  # machine CPU % above which a mostly-waiting run is probably starved by other jobs
 
 REMEDIES = {
     "env": "stepping envs limits throughput (the policy worker and learner wait for experience): add envs "
@@ -58,21 +61,29 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def classify(fractions: dict[str, float | None], gpu_util: float | None = None) -> Verdict | None:
+def _context(m: Mapping[str, Any]) -> str:
+    gpu, system, run = m.get("gpu_util"), m.get("cpu_system"), m.get("cpu_run")
+    out = "" if gpu is None else f"; GPU {gpu:.0f}% busy"
+    if system is not None and run is not None and system >= MACHINE_BUSY and run < system / 2:
+        out += f"; the machine's CPUs are {system:.0f}% busy but this run uses {run:.0f}%: other jobs starve it"
+    return out
+
+
+def classify(m: Mapping[str, Any]) -> Verdict | None:
     """The bottleneck for one interval, or None without enough timings (the first seconds of a run).
 
-    `fractions` holds the runner's `rollout_env_frac`, `policy_infer_frac`, `learner_wait_frac`,
-    `learner_copy_frac`, `learner_train_frac` (each a share of that process type's wall time, or None).
-    `gpu_util` (0-100) is only quoted in the evidence.
+    `m` is a metrics record: the stage fractions `rollout_env_frac`, `policy_infer_frac`, `learner_wait_frac`,
+    `learner_copy_frac`, `learner_train_frac` (each a share of that process type's wall time, or None) decide;
+    `gpu_util`, `cpu_system` and `cpu_run` (% of the whole machine), when present, are quoted as evidence.
     """
-    env = fractions.get("rollout_env_frac")
-    infer = fractions.get("policy_infer_frac")
-    copy = fractions.get("learner_copy_frac") or 0.0
-    train = fractions.get("learner_train_frac") or 0.0
-    learner_wait = fractions.get("learner_wait_frac")
+    env = m.get("rollout_env_frac")
+    infer = m.get("policy_infer_frac")
+    copy = m.get("learner_copy_frac") or 0.0
+    train = m.get("learner_train_frac") or 0.0
+    learner_wait = m.get("learner_wait_frac")
     if env is None or infer is None:
         return None
-    gpu = "" if gpu_util is None else f"; GPU {gpu_util:.0f}% busy"
+    gpu = _context(m)
     learner_busy = copy + train
     if learner_wait is not None and learner_busy >= LEARNER_SATURATED:
         if copy >= COPY_DOMINANT * learner_busy:

@@ -42,8 +42,15 @@ def _jsonable(x: Any) -> Any:
 
 
 def read_metrics(run_dir: str) -> list[dict[str, Any]]:
+    """All records, oldest first; a line that does not parse (one being written right now) is skipped."""
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
+    records = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records

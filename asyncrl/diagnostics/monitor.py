@@ -11,6 +11,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import psutil
+
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import classify
 from asyncrl.diagnostics.health import Thresholds, detect, entropy_floor
@@ -27,6 +29,7 @@ class RunMonitor:
         self.cfg, self.out = cfg, out
         self.thresholds = Thresholds(entropy_floor=entropy_floor(spec.discrete, spec.num_actions))
         self.processes = ProcessSampler()
+        psutil.cpu_percent(None)  # start the machine-wide CPU clock
         self.gpu = GpuSampler(enabled=cfg.device != "cpu")
         self._queue_sums: dict[str, float] = {}
         self._queue_samples = 0
@@ -56,12 +59,15 @@ class RunMonitor:
         extra: dict[str, Any] = {f"queue_{k}": round(v / self._queue_samples, 2) for k, v in self._queue_sums.items()}
         self._queue_sums, self._queue_samples = {}, 0
         extra.update(self._learner_split(learner_stats))
+        extra["entropy_floor"] = round(self.thresholds.entropy_floor or 0.0, 4)
         pids = {name: getattr(p, "pid", None) for name, p in procs.items()}
         sampled = self.processes.sample(pids)
         extra["procs"] = sampled
         extra.update(summarize(sampled))
         extra.update(self.gpu.sample())
-        verdict = classify(record, extra.get("gpu_util"))
+        extra["cpu_system"] = psutil.cpu_percent(None)
+        extra["cpu_run"] = round(sum(p["cpu"] for p in sampled.values()) / (psutil.cpu_count() or 1), 1)
+        verdict = classify({**record, **extra})
         extra["bottleneck"] = verdict.kind if verdict else None
         extra["bottleneck_reason"] = verdict.reason if verdict else None
         if verdict is not None:
