@@ -172,5 +172,19 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    args = build_parser().parse_args(argv)
-    return Config(**vars(args)).resolve()
+    """Command line > the env family's preset (asyncrl.presets) > Config defaults."""
+    from asyncrl.presets import preset_for
+
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, argv)}
+    return Config(**{**args, **preset_for(args["env"]), **explicit}).resolve()
+
+
+def _given(name: str, argv: list[str] | None) -> bool:
+    """True if the flag for field `name` appears on the command line (even with its default value)."""
+    import sys
+
+    flag = "--" + name.replace("_", "-")
+    words = sys.argv[1:] if argv is None else argv
+    return any(w == flag or w.startswith(flag + "=") or w == "--no-" + flag[2:] for w in words)
