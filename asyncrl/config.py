@@ -23,11 +23,13 @@ def auto_envs_per_worker(cfg: Config) -> int:
 
     The oldest sample of a trajectory is about envs x rollout / batch updates old when the learner sees it,
     so sizing the env count from the batch keeps policy lag near 2 for any worker count. The envs per split
-    are a divisor of batch / rollout, so batches are whole trajectories.
+    are a divisor of batch / rollout, so batches are whole trajectories that split into the minibatches.
     """
     per_batch = cfg.batch_size // max(cfg.rollout, 1)
     target = max(1, 2 * per_batch // max(cfg.workers * cfg.worker_splits, 1))
-    divisors = [d for d in range(1, per_batch + 1) if per_batch % d == 0 and d <= target] or [1]
+    minibatches = max(cfg.minibatches, 1)
+    divisors = [d for d in range(1, per_batch + 1)
+                if per_batch % d == 0 and d <= target and (per_batch // d) % minibatches == 0] or [1]
     return max(divisors) * max(cfg.worker_splits, 1)
 
 

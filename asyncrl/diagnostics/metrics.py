@@ -21,7 +21,7 @@ class MetricsWriter:
         self._tb = EventFileWriter(os.path.join(run_dir, "tb"), flush_secs=10)
 
     def write(self, record: dict[str, Any], step: int) -> None:
-        self._file.write(json.dumps(record, default=_jsonable) + "\n")
+        self._file.write(json.dumps(_finite(record), default=_jsonable, allow_nan=False) + "\n")
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -32,6 +32,11 @@ class MetricsWriter:
     def close(self) -> None:
         self._file.close()
         self._tb.close()
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    """Strict JSON: NaN and infinities become null (the alerts say what went wrong)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
 
 
 def _jsonable(x: Any) -> Any:

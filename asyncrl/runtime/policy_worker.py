@@ -15,12 +15,11 @@ import torch
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import build_model, flat_state
-from asyncrl.runtime.channels import Channels, Empty, report
+from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
-
-REPORT_EVERY_S = 1.0
 
 
 class WeightsReader:
@@ -61,14 +60,16 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
 
     obs, actions, logp, versions = traj["obs"], traj["actions"], traj["logp"], traj["versions"]
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
-    n_batches = n_samples = 0
-    t_infer = t_wait = 0.0
-    last_report = time.monotonic()
+    stats = IntervalStats(channels, "policy", index)
+    for key in ("batches", "samples", "t_infer", "t_wait"):
+        stats.add(key, 0)
     while not channels.stopping:
         t0 = time.monotonic()
         try:
             requests = channels.requests.get_many(timeout=0.1, max_messages_to_get=max_batch)
         except Empty:
+            stats.add("t_wait", time.monotonic() - t0)
+            stats.maybe_report(version=reader.version)  # idle workers report too
             continue
         t1 = time.monotonic()
         reader.refresh()
@@ -77,23 +78,13 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
         flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
         acts, lps = model.act(flat)
-        acts = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
-        lps = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
-        actions[slots, steps] = acts
-        logp[slots, steps] = lps
+        actions[slots, steps] = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
+        logp[slots, steps] = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
         versions[slots, steps] = reader.version
         for w, s in zip(workers.tolist(), splits.tolist()):
             channels.actions_ready[w].put(s)
-        t2 = time.monotonic()
-        t_wait += t1 - t0
-        t_infer += t2 - t1
-        n_batches += 1
-        n_samples += flat.shape[0]
-        if t2 - last_report >= REPORT_EVERY_S:
-            report(channels, "policy", index, {
-                "batches": n_batches, "samples": n_samples, "t_infer": t_infer, "t_wait": t_wait,
-                "t_total": t2 - last_report, "version": reader.version,
-            })
-            n_batches = n_samples = 0
-            t_infer = t_wait = 0.0
-            last_report = t2
+        stats.add("t_wait", t1 - t0)
+        stats.add("t_infer", time.monotonic() - t1)
+        stats.add("batches", 1)
+        stats.add("samples", flat.shape[0])
+        stats.maybe_report(version=reader.version)

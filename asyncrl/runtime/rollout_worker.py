@@ -11,11 +11,10 @@ import time
 
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_vec_env
-from asyncrl.runtime.channels import Channels, get_or_stop, report
+from asyncrl.runtime.channels import Channels, Empty, get_or_stop
+from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays
-
-REPORT_EVERY_S = 1.0
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
@@ -38,9 +37,10 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
                   obs_out=obs[slot, 0])
         channels.requests.put((worker, split, slot, 0))
 
-    env_steps, episodes = 0, []
-    t_env = t_wait = 0.0
-    last_report = time.monotonic()
+    stats = IntervalStats(channels, "rollout", worker)
+    for key in ("env_steps", "t_env", "t_wait", "t_wait_slot"):
+        stats.add(key, 0)
+    stats.extend("episodes", [])
     while True:
         t0 = time.monotonic()
         split = get_or_stop(my_queue, channels)
@@ -48,31 +48,36 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             break
         t1 = time.monotonic()
         slot, t = slots[split], steps[split]
-        episodes.extend(envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t]))
+        finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t])
         t2 = time.monotonic()
-        t_wait += t1 - t0
-        t_env += t2 - t1
-        env_steps += cfg.envs_per_split
+        if finished:
+            stats.extend("episodes", [(e.ret, e.length) for e in finished])
+        stats.add("t_wait", t1 - t0)
+        stats.add("t_env", t2 - t1)
+        stats.add("env_steps", cfg.envs_per_split)
         t += 1
         if t == cfg.rollout:
             channels.full.put(slot)
-            new_slot = get_or_stop(channels.free, channels)
+            new_slot = _wait_for_free_slot(channels, stats)
             if new_slot is None:
                 break
             obs[new_slot, 0] = obs[slot, t]  # the bootstrap observation starts the next trajectory
             slot, t = new_slot, 0
-            t_wait += time.monotonic() - t2
+            stats.add("t_wait_slot", time.monotonic() - t2)
         slots[split], steps[split] = slot, t
         channels.requests.put((worker, split, slot, t))
-
-        now = time.monotonic()
-        if now - last_report >= REPORT_EVERY_S:
-            report(channels, "rollout", worker, {
-                "env_steps": env_steps, "episodes": [(e.ret, e.length) for e in episodes],
-                "t_env": t_env, "t_wait": t_wait, "t_total": now - last_report,
-            })
-            env_steps, episodes, t_env, t_wait, last_report = 0, [], 0.0, 0.0, now
+        stats.maybe_report()
     _close(envs)
+
+
+def _wait_for_free_slot(channels: Channels, stats: IntervalStats) -> int | None:
+    """Block until the learner frees a slot (back-pressure), still reporting; None once stopping."""
+    while not channels.stopping:
+        try:
+            return channels.free.get(timeout=0.1)
+        except Empty:
+            stats.maybe_report()
+    return None
 
 
 def _close(envs) -> None:

@@ -50,7 +50,8 @@ class Totals:
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     lengths: deque = field(default_factory=lambda: deque(maxlen=100))
     learner: list[dict] = field(default_factory=list)
-    rollout_time: dict[str, float] = field(default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_total": 0.0})
+    rollout_time: dict[str, float] = field(
+        default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_wait_slot": 0.0, "t_total": 0.0})
     policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
@@ -91,6 +92,7 @@ class Runner:
         self.stop_reason: str | None = None
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
+        self.metrics_records = 0
         self.monitor = RunMonitor(cfg, self.spec, out)
 
     # ----- lifecycle -----
@@ -184,9 +186,11 @@ class Runner:
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
             time.sleep(0.05)
-        # A last report so short runs always leave at least one metrics record.
+        # A last report for the tail of the run (skipped if too short to give meaningful rates).
         self._drain_reports()
-        self._report(max(time.monotonic() - last_report, 1e-6), self.totals.env_steps - interval_steps)
+        tail = time.monotonic() - last_report
+        if tail >= 1.0 or self.metrics_records == 0:
+            self._report(max(tail, 1e-6), self.totals.env_steps - interval_steps)
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
     def _check_alive(self) -> None:
@@ -223,14 +227,14 @@ class Runner:
     def _handle(self, kind: str, payload: dict) -> None:
         t = self.totals
         if kind == "rollout":
-            t.env_steps += payload["env_steps"]
+            t.env_steps += int(payload["env_steps"])
             for ret, length in payload["episodes"]:
                 t.returns.append(ret)
                 t.lengths.append(length)
             t.episodes += len(payload["episodes"])
             self.monitor.sample_queues(self.channels)
             for k in t.rollout_time:
-                t.rollout_time[k] += payload[k]
+                t.rollout_time[k] += payload.get(k, 0.0)
         elif kind == "policy":
             t.policy_batches[0] += payload["batches"]
             t.policy_batches[1] += payload["samples"]
@@ -292,6 +296,8 @@ class Runner:
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []
         self.metrics.write(record, step=record["frames"])
+        self.metrics_records += 1
+        self.metrics_records += 1
         ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
         self.out(
             f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
