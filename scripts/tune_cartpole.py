@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TRAIN = str(Path(sys.executable).with_name("asyncrl-train"))
+TRAIN = [sys.executable, "-m", "asyncrl.cli.train"]  # honours PYTHONPATH, e.g. a snapshot of the package
 
 
 def first_reaching(records: list[dict], threshold: float) -> dict | None:
@@ -41,7 +41,7 @@ def run_once(flags: list[str], seed: int, target: float, max_steps: int, max_sec
     """One training run in a temporary train dir; interrupted once `target` is reached."""
     tmp = tempfile.mkdtemp(prefix="asyncrl-tune-")
     try:
-        cmd = [TRAIN, "--env", "CartPole-v1", "--train-dir", tmp, "--experiment", "run", "--seed", str(seed),
+        cmd = [*TRAIN, "--env", "CartPole-v1", "--train-dir", tmp, "--experiment", "run", "--seed", str(seed),
                "--frames", str(max_steps), "--seconds", str(max_seconds), "--report-interval", "1",
                "--checkpoint-interval", "1000", *flags]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

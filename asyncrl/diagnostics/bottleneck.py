@@ -81,25 +81,27 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
     copy = m.get("learner_copy_frac") or 0.0
     train = m.get("learner_train_frac") or 0.0
     learner_wait = m.get("learner_wait_frac")
-    if env is None or infer is None:
-        return None
-    gpu = _context(m)
+    context = _context(m)
     learner_busy = copy + train
     if learner_wait is not None and learner_busy >= LEARNER_SATURATED:
         if copy >= COPY_DOMINANT * learner_busy:
             return Verdict("transfer", f"learner copies batches {_pct(copy)} of the time, trains "
-                                       f"{_pct(train)}{gpu}", REMEDIES["transfer"])
+                                       f"{_pct(train)}{context}", REMEDIES["transfer"])
+        # Rollout workers blocked on a free slot for a whole interval send no timings at all.
+        rollout = "send no timings (blocked)" if env is None else f"step envs only {_pct(env)}"
         return Verdict("training", f"learner trains {_pct(train)} of the time and never waits for data; "
-                                   f"rollout workers wait {_pct(1 - env)}{gpu}", REMEDIES["training"])
+                                   f"rollout workers {rollout}{context}", REMEDIES["training"])
+    if env is None or infer is None:
+        return None
     waits = "" if learner_wait is None else f"; learner waits {_pct(learner_wait)}"
     if max(env, infer) < STAGE_BUSY:
         return Verdict("transfer", f"no stage is busy: rollout workers step envs {_pct(env)}, the policy worker "
-                                   f"infers {_pct(infer)}{waits}{gpu}", REMEDIES["transfer"])
+                                   f"infers {_pct(infer)}{waits}{context}", REMEDIES["transfer"])
     if env >= infer:
         return Verdict("env", f"rollout workers step envs {_pct(env)} of the time, the policy worker infers "
-                              f"{_pct(infer)}{waits}{gpu}", REMEDIES["env"])
+                              f"{_pct(infer)}{waits}{context}", REMEDIES["env"])
     return Verdict("inference", f"the policy worker infers {_pct(infer)} of the time while rollout workers "
-                                f"step envs {_pct(env)}{waits}{gpu}", REMEDIES["inference"])
+                                f"step envs {_pct(env)}{waits}{context}", REMEDIES["inference"])
 
 
 def dominant(kinds: list[str | None]) -> str | None:

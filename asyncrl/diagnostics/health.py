@@ -120,12 +120,20 @@ def value_exploding(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  f"({low:.3g}) and still rising", "lower --lr, scale or clip rewards, lower --value-coeff")
 
 
-def fps_degrading(records: Sequence[Record], th: Thresholds) -> Alert | None:
-    fps = _series(records[th.warmup_records:], "fps")
-    if len(fps) < 8:
+def _rate(records: Sequence[Record]) -> float | None:
+    """Frames per second between the first and last record (robust to bursty single intervals)."""
+    a, b = records[0], records[-1]
+    if not all(_finite(r.get(k)) for r in (a, b) for k in ("frames", "time")) or b["time"] <= a["time"]:
         return None
-    early, recent = statistics.median(fps[: len(fps) // 2]), statistics.median(fps[-3:])
-    if early <= 0 or recent >= th.fps_drop * early:
+    return (b["frames"] - a["frames"]) / (b["time"] - a["time"])
+
+
+def fps_degrading(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    steady = [r for r in records[th.warmup_records:] if not r.get("fatal")]
+    if len(steady) < 8:
+        return None
+    early, recent = _rate(steady[: len(steady) // 2]), _rate(steady[-max(3, len(steady) // 4):])
+    if early is None or recent is None or early <= 0 or recent >= th.fps_drop * early:
         return None
     return Alert("fps_degrading", f"throughput fell from {early:,.0f} to {recent:,.0f} FPS",
                  "look for growing memory or queues, other jobs on the machine (per-process CPU% in "
@@ -173,8 +181,8 @@ def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
     if late > early + 0.05 * abs(early) + 1e-9:
         return None
     return Alert("returns_flat", f"episode return is not rising ({early:.3g} -> {late:.3g})",
-                 "run asyncrl-diagnose: if the value loss is not falling check the data pipeline; if entropy "
-                 "is low raise --entropy-coeff / lower --lr; otherwise tune hyperparameters or train longer")
+                 "if the value loss is not falling check the data pipeline; if entropy is low raise "
+                 "--entropy-coeff / lower --lr; otherwise tune hyperparameters or train longer (asyncrl-diagnose)")
 
 
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (

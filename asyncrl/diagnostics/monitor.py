@@ -66,7 +66,8 @@ class RunMonitor:
         extra.update(summarize(sampled))
         extra.update(self.gpu.sample())
         extra["cpu_system"] = psutil.cpu_percent(None)
-        extra["cpu_run"] = round(sum(p["cpu"] for p in sampled.values()) / (psutil.cpu_count() or 1), 1)
+        if "cpu_total" in extra:  # this run's share of the machine, comparable with cpu_system
+            extra["cpu_run"] = round(extra["cpu_total"] / (psutil.cpu_count() or 1), 1)
         verdict = classify({**record, **extra})
         extra["bottleneck"] = verdict.kind if verdict else None
         extra["bottleneck_reason"] = verdict.reason if verdict else None

@@ -18,19 +18,20 @@ def process_type(name: str) -> str:
 
 class ProcessSampler:
     """RSS and CPU% of the runner and its named children. CPU% is over the time since the previous sample
-    (the first sample of a process reads 0), summed over threads, so a process can exceed 100%."""
+    (None at a process's first sample), summed over threads, so a process can exceed 100%."""
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
 
-    def _get(self, pid: int) -> psutil.Process:
+    def _get(self, pid: int) -> tuple[psutil.Process, bool]:
+        """The process, and whether it was sampled before."""
         proc = self._procs.get(pid)
         if proc is None:
             proc = self._procs[pid] = psutil.Process(pid)
-            proc.cpu_percent(None)
-        return proc
+            return proc, False
+        return proc, True
 
-    def sample(self, pids: Mapping[str, int | None]) -> dict[str, dict[str, float]]:
+    def sample(self, pids: Mapping[str, int | None]) -> dict[str, dict[str, float | None]]:
         """{name: {"rss_mb", "cpu"}} for every live process in `pids` plus the runner itself."""
         out: dict[str, dict[str, float]] = {}
         live: set[int] = set()
@@ -38,10 +39,11 @@ class ProcessSampler:
             if pid is None:
                 continue
             try:
-                proc = self._get(pid)
+                proc, seen = self._get(pid)
                 with proc.oneshot():
+                    cpu = proc.cpu_percent(None)
                     out[name] = {"rss_mb": round(proc.memory_info().rss / MB, 1),
-                                 "cpu": round(proc.cpu_percent(None), 1)}
+                                 "cpu": round(cpu, 1) if seen else None}
                 live.add(pid)
             except psutil.Error:  # exited between the listing and the sample
                 continue
@@ -49,13 +51,16 @@ class ProcessSampler:
         return out
 
 
-def summarize(procs: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Flat totals per process type (`rss_mb_rollout`, `cpu_learner`, ...) and `rss_mb_total`."""
-    out: dict[str, float] = {"rss_mb_total": round(sum(p["rss_mb"] for p in procs.values()), 1)}
+def summarize(procs: Mapping[str, Mapping[str, float | None]]) -> dict[str, float]:
+    """Flat totals per process type (`rss_mb_rollout`, `cpu_learner`, ...), `rss_mb_total` and `cpu_total`
+    (CPU totals only over processes with a CPU reading)."""
+    out: dict[str, float] = {"rss_mb_total": round(sum(p["rss_mb"] or 0.0 for p in procs.values()), 1)}
     for name, p in procs.items():
         kind = process_type(name)
-        out[f"rss_mb_{kind}"] = round(out.get(f"rss_mb_{kind}", 0.0) + p["rss_mb"], 1)
-        out[f"cpu_{kind}"] = round(out.get(f"cpu_{kind}", 0.0) + p["cpu"], 1)
+        out[f"rss_mb_{kind}"] = round(out.get(f"rss_mb_{kind}", 0.0) + (p["rss_mb"] or 0.0), 1)
+        if p["cpu"] is not None:
+            out[f"cpu_{kind}"] = round(out.get(f"cpu_{kind}", 0.0) + p["cpu"], 1)
+            out["cpu_total"] = round(out.get("cpu_total", 0.0) + p["cpu"], 1)
     return out
 
 

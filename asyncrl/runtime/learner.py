@@ -20,7 +20,7 @@ from asyncrl.algo.appo import APPOHyperparams, appo_loss
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import build_model, flat_state
-from asyncrl.runtime.channels import Channels, Empty, report
+from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from asyncrl.runtime.devices import resolve_device
 from asyncrl.runtime.process import init_child
@@ -210,8 +210,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
                 cfg.run_dir, map_location=device,
                 warn=lambda msg: report(channels, "warning", 0, {"message": msg}))
         except CheckpointError as exc:
-            report(channels, "fatal", 0, {"message": str(exc)})
-            return
+            return _fatal(channels, {"message": str(exc)})
         learner.load_state_dict(state["learner"])
         env_steps = int(state["env_steps"])
         report(channels, "info", 0, {"message": f"resumed from {path}"})
@@ -277,14 +276,23 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
 
 
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
-    """Report the divergence as fatal and wait for the runner to stop (no checkpoint of this state)."""
+    """Report the divergence as fatal (no checkpoint is saved from here on)."""
     bad = [n for n in ("rewards", "obs") if not torch.isfinite(getattr(batch, n).float()).all()]
     cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
-    message = (f"{learner.nonfinite_streak} updates in a row had a NaN/Inf loss or gradient ({cause}); stopped. "
-               f"The last good checkpoint in {learner.cfg.run_dir}/checkpoints is kept. Fix: check the env's "
+    message = (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
+               f"stopped. The last good checkpoint in {learner.cfg.run_dir}/checkpoints is kept. Fix: check the env's "
                f"rewards and observations, lower --lr, keep --max-grad-norm, try --normalize-obs")
-    report(channels, "fatal", 0, {"message": message, "code": "nonfinite"})
-    while not channels.stopping:  # exiting now could reach the runner before the message does
+    _fatal(channels, {"message": message, "code": "nonfinite"})
+
+
+def _fatal(channels: Channels, payload: dict) -> None:
+    """Report a fatal error, then wait for the runner's stop: exiting at once could make the runner see a dead
+    learner ("exited unexpectedly") before it reads the message."""
+    try:
+        channels.reports.put(("fatal", 0, time.time(), payload), timeout=10)  # unlike report(): never dropped
+    except Full:
+        return  # the runner is not reading; it will find this process gone
+    while not channels.stopping:
         time.sleep(0.05)
 
 

@@ -297,7 +297,6 @@ class Runner:
         t.learner = []
         self.metrics.write(record, step=record["frames"])
         self.metrics_records += 1
-        self.metrics_records += 1
         ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
         self.out(
             f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
