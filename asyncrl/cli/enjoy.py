@@ -1,0 +1,120 @@
+"""`asyncrl-enjoy RUN_DIR`: play full episodes with the run's latest good checkpoint and report raw scores."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from asyncrl.diagnostics.rundir import RunDirError, require_dir
+from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
+from asyncrl.envs.base import EnvError
+
+MAX_VIDEO_FRAMES = 5000
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="asyncrl-enjoy", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument("run_dir", help="the run's directory (TRAIN_DIR/EXPERIMENT)")
+    parser.add_argument("--episodes", type=int, default=5, help="full episodes to play (default: %(default)s)")
+    parser.add_argument("--video", metavar="FILE", help="save the first episode as FILE (.gif, or .mp4 with "
+                                                        "imageio-ffmpeg)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
+    parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    parser.add_argument("--seed", type=int, default=12345, help="env seed (default: %(default)s)")
+    parser.add_argument("--max-steps", type=int, default=100_000, help="cut an episode after this many agent "
+                                                                         "steps (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+def play(model, env, args: argparse.Namespace) -> tuple[list[float], list[np.ndarray]]:
+    """Scores of `args.episodes` full episodes, and the first episode's frames when a video is wanted."""
+    import torch
+
+    spec = env.spec
+    obs = np.zeros((1, *spec.obs_shape), dtype=spec.obs_dtype)
+    reward, done = np.zeros(1, np.float32), np.zeros(1, np.bool_)
+    actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
+    env.reset(seed=args.seed, obs_out=obs)
+    device = next(model.parameters()).device
+    scores, frames, steps, score = [], [], 0, 0.0
+    while len(scores) < args.episodes:
+        if args.video and not scores and len(frames) < MAX_VIDEO_FRAMES:
+            frames.append(frame_from_obs(obs[0]))
+        with torch.no_grad():
+            policy_out, _ = model(torch.from_numpy(obs).to(device))
+            dist = model.distribution(policy_out)
+            act = (policy_out.argmax(-1) if spec.discrete else policy_out) if args.greedy else dist.sample()
+        actions[:] = act.cpu().numpy()
+        finished = env.step(actions, obs, reward, done)
+        steps += 1
+        score += float(reward[0])
+        if finished or steps >= args.max_steps:
+            scores.append(finished[0].ret if finished else score)
+            print(f"episode {len(scores)}: score {scores[-1]:g} ({steps} steps{'' if finished else ', cut'})")
+            steps, score = 0, 0.0
+    return scores, frames
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.episodes < 1:
+            raise RunDirError("--episodes must be at least 1")
+        require_dir(args.run_dir)
+        if args.video:
+            check_video_path(args.video)
+        model, env = load(args)
+    except (RunDirError, VideoError, EnvError) as exc:
+        print(f"asyncrl-enjoy: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        scores, frames = play(model, env, args)
+    finally:
+        env.close()
+    spread = statistics.pstdev(scores) if len(scores) > 1 else 0.0
+    print(f"{len(scores)} episode{'s' if len(scores) > 1 else ''}: raw score mean {statistics.fmean(scores):g}, "
+          f"std {spread:g}")
+    if args.video:
+        fps = 60 // env.spec.frameskip if env.spec.frameskip > 1 else 30  # Atari runs at 60 emulator frames/s
+        print(f"video: {save_video(frames, args.video, fps)}")
+    return 0
+
+
+def load(args: argparse.Namespace):
+    """The model from the latest good checkpoint (eval mode) and a one-env eval-mode vector env."""
+    import torch
+
+    from asyncrl.config import Config
+    from asyncrl.envs.registry import make_vec_env
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+
+    torch.set_num_threads(1)  # batch-1 inference: more threads only spin, badly so on a busy machine
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise RunDirError("--device cuda: no CUDA device is available; use --device cpu")
+    try:
+        path, state = load_latest_checkpoint(args.run_dir, map_location=device,
+                                             warn=lambda msg: print(f"asyncrl-enjoy: {msg}", file=sys.stderr))
+    except CheckpointError as exc:
+        raise RunDirError(str(exc)) from None
+    cfg = Config.from_dict(json.loads(state["config"]))
+    env = make_vec_env(state.get("env", cfg.env), 1, training=False)
+    model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+    try:
+        model.load_state_dict(state["learner"]["model"])
+    except (RuntimeError, KeyError) as exc:
+        env.close()
+        raise RunDirError(f"{path} does not match the model for {env.spec.name}: {str(exc).splitlines()[0]}") from None
+    print(f"asyncrl-enjoy: {path} (policy version {state['learner'].get('version', '?')}) on {env.spec.name}")
+    return model.eval(), env
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""`asyncrl-plot RUN_DIR...`: the learning curves of several runs on one PNG."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from asyncrl.diagnostics.rundir import RunDirError, load_run
+
+
+def labels(paths: list[str]) -> list[str]:
+    """Each run's directory name, with its parent's where two runs share a name."""
+    names = [os.path.basename(os.path.normpath(p)) for p in paths]
+    return [n if names.count(n) == 1 else os.path.join(os.path.basename(os.path.dirname(os.path.normpath(p))), n)
+            for n, p in zip(names, paths)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="asyncrl-plot", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--x", choices=("frames", "time"), default="frames", help="x axis (default: frames)")
+    parser.add_argument("--out", default="learning_curves.png", help="PNG to write (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        runs = [load_run(p) for p in args.run_dirs]
+    except RunDirError as exc:
+        print(f"asyncrl-plot: error: {exc}", file=sys.stderr)
+        return 2
+    from asyncrl.diagnostics.plots import compare_runs
+
+    try:
+        path = compare_runs(list(zip(labels(args.run_dirs), (r.records for r in runs))), args.x, args.out)
+    except OSError as exc:
+        print(f"asyncrl-plot: error: cannot write {args.out} ({exc.strerror})", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""`diagnosis.md`: a run's verdicts, problems, next steps and figures, as markdown."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from asyncrl.diagnostics.advice import next_steps
+from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, classify, dominant
+from asyncrl.diagnostics.health import Thresholds, detect_over_run
+from asyncrl.diagnostics.rundir import RunData
+
+FIGURE_DIR = "diagnosis"
+STAGE_KEYS = ("rollout_env_frac", "rollout_wait_frac", "policy_infer_frac", "policy_wait_frac",
+              "learner_wait_frac", "learner_copy_frac", "learner_train_frac", "learner_forward_frac",
+              "learner_backward_frac", "learner_optim_frac")
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _median(records: Sequence[dict], key: str) -> float | None:
+    xs = [r[key] for r in records if _num(r.get(key))]
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def status(run: RunData) -> str:
+    last = run.records[-1]
+    if last.get("fatal"):
+        return f"stopped with an error: {last['fatal']}"
+    interval = float(run.config.get("report_interval", 5.0))
+    if run.metrics_age_s < 3 * interval + 10:
+        return "running (metrics written in the last few report intervals)"
+    return "finished (or stopped)"
+
+
+def entropy_floor(records: Sequence[dict]) -> float | None:
+    floors = [r["entropy_floor"] for r in records if _num(r.get("entropy_floor")) and r["entropy_floor"]]
+    return floors[-1] if floors else None
+
+
+def bottleneck_section(records: Sequence[dict]) -> list[str]:
+    steady = records[1:] if len(records) > 2 else records  # the first interval includes start-up
+    kinds = [r.get("bottleneck") or (v.kind if (v := classify(r)) else None) for r in steady]
+    kind = dominant(kinds)
+    if kind is None:
+        return ["Not enough stage timings yet to call a bottleneck."]
+    counts = Counter(k for k in kinds if k)
+    spread = ", ".join(f"{LABELS[k]} {n}" for k, n in counts.most_common())
+    lines = [f"**{LABELS[kind]}** in {counts[kind]} of {sum(counts.values())} report intervals ({spread}).", "",
+             f"What to do: {REMEDIES[kind]}.", "", "| stage | median share of wall time |", "|---|---|"]
+    for key in STAGE_KEYS:
+        value = _median(steady, key)
+        if value is not None:
+            lines.append(f"| {key.removesuffix('_frac').replace('_', ' ')} | {100 * value:.0f}% |")
+    reasons = [r.get("bottleneck_reason") for r in steady if r.get("bottleneck") == kind and r.get("bottleneck_reason")]
+    if reasons:
+        lines += ["", f"Latest evidence: {reasons[-1]}."]
+    return lines
+
+
+def problems_section(records: Sequence[dict]) -> list[str]:
+    alerts = detect_over_run(records, Thresholds(entropy_floor=entropy_floor(records)))
+    recorded = {code for r in records for code in r.get("alerts") or []}
+    lines = [f"- **{a.code}**: {a.message} -> {a.fix}" for a in alerts.values()]
+    lines += [f"- **{code}** (reported during the run)" for code in sorted(recorded - set(alerts))]
+    fatal = [r["fatal"] for r in records if r.get("fatal")]
+    if fatal:
+        lines.insert(0, f"- **fatal**: {fatal[-1]}")
+    return lines or ["None detected."]
+
+
+def summary_section(run: RunData) -> list[str]:
+    recs, cfg, last = run.records, run.config, run.records[-1]
+    returns = [r["episode_return_mean"] for r in recs if _num(r.get("episode_return_mean"))]
+    latest, best = (returns[-1], max(returns)) if returns else (None, None)
+    rss = max((r["rss_mb_total"] for r in recs if _num(r.get("rss_mb_total"))), default=None)
+    return [
+        f"- env: `{cfg.get('env', '?')}`; {cfg.get('workers', '?')} rollout workers x "
+        f"{cfg.get('envs_per_worker', '?')} envs, {cfg.get('policy_workers', '?')} policy worker(s), "
+        f"batch {cfg.get('batch_size', '?')}, lr {cfg.get('lr', '?')}, device {cfg.get('device', '?')}",
+        f"- status: {status(run)}",
+        f"- {last.get('frames', 0):,} frames in {_fmt(last.get('time'), '.0f')} s; median "
+        f"{_fmt(_median(recs, 'fps'), ',.0f')} FPS; {len(recs)} reports",
+        f"- episode return: latest {_fmt(latest)}, best {_fmt(best)}"
+        f"; policy lag median {_fmt(_median(recs, 'policy_lag_mean'), '.2f')}; "
+        f"peak RSS {_fmt(rss, ',.0f')} MB",
+    ]
+
+
+def build_markdown(run: RunData, figures: dict[str, str]) -> str:
+    rel = {name: os.path.relpath(path, run.path) for name, path in figures.items()}
+    records = run.records
+    parts = [f"# Diagnosis of `{run.path}`", "", *summary_section(run), "",
+             "## Throughput bottleneck", "", *bottleneck_section(records), "",
+             "## Problems detected", "", *problems_section(records), "",
+             "## What to try next", "", *[f"{i}. {s}" for i, s in enumerate(
+                 next_steps(records, entropy_floor(records)), 1)], ""]
+    for title, name in (("Learning curve", "learning_curve"), ("Throughput and policy lag", "throughput"),
+                        ("Health", "health"), ("Stage-time breakdown", "stages"),
+                        ("Processes, queues, GPU", "resources")):
+        if name in rel:
+            parts += [f"## {title}", "", f"![{title}]({rel[name]})", ""]
+    return "\n".join(parts)
+
+
+def write_report(run: RunData) -> str:
+    """Write RUN_DIR/diagnosis.md and its figures (RUN_DIR/diagnosis/*.png); return the markdown's path."""
+    from asyncrl.diagnostics.plots import report_figures
+
+    figures = report_figures(run.records, os.path.join(run.path, FIGURE_DIR), entropy_floor(run.records))
+    path = os.path.join(run.path, "diagnosis.md")
+    with open(path, "w") as f:
+        f.write(build_markdown(run, figures))
+    return path

@@ -1,0 +1,391 @@
+"""Unit tests for the profiler verdicts, health detectors, decision tree, report and offline CLIs (no runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from asyncrl.diagnostics.advice import FALLING, FLAT, RISING, SLOW, UNKNOWN, next_steps, trend
+from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, classify, dominant
+from asyncrl.diagnostics.health import CODES, DETECTORS, Thresholds, detect, detect_over_run, entropy_floor
+from asyncrl.diagnostics.monitor import RunMonitor
+from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, parse_rows, summarize
+from asyncrl.diagnostics.rundir import RunDirError, load_run
+from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
+
+
+def fractions(env=None, infer=None, lwait=None, copy=None, train=None) -> dict:
+    return {"rollout_env_frac": env, "rollout_wait_frac": None if env is None else 1 - env,
+            "policy_infer_frac": infer, "policy_wait_frac": None if infer is None else 1 - infer,
+            "learner_wait_frac": lwait, "learner_copy_frac": copy, "learner_train_frac": train}
+
+
+# ----- bottleneck verdicts -----
+@pytest.mark.parametrize("fr, kind", [
+    # learner waits, rollout workers busy stepping envs, policy worker idle
+    (fractions(env=0.95, infer=0.10, lwait=0.95, copy=0.01, train=0.04), "env"),
+    # rollout workers wait for actions while the policy worker is busy
+    (fractions(env=0.07, infer=0.85, lwait=0.70, copy=0.01, train=0.29), "inference"),
+    # learner busy training, rollout workers blocked on free slots
+    (fractions(env=0.01, infer=0.30, lwait=0.02, copy=0.01, train=0.97), "training"),
+    # learner saturated but mostly copying
+    (fractions(env=0.05, infer=0.20, lwait=0.10, copy=0.60, train=0.30), "transfer"),
+    # everybody waits: hand-offs between processes dominate
+    (fractions(env=0.02, infer=0.10, lwait=0.95, copy=0.01, train=0.04), "transfer"),
+    # both env and inference busy: the busier one
+    (fractions(env=0.80, infer=0.60, lwait=0.50, copy=0.0, train=0.5), "env"),
+    (fractions(env=0.50, infer=0.90, lwait=0.50, copy=0.0, train=0.5), "inference"),
+    # sampling-only run (no training time): never training-bound
+    (fractions(env=0.90, infer=0.20, lwait=1.0, copy=0.0, train=0.0), "env"),
+    # rollout and policy workers blocked all interval (no timings) while the learner trains
+    (fractions(lwait=0.0, copy=0.01, train=0.99), "training"),
+])
+def test_classify(fr: dict, kind: str) -> None:
+    verdict = classify(fr)
+    assert verdict is not None and verdict.kind == kind
+    assert verdict.remedy == REMEDIES[kind]
+    assert verdict.line().startswith(f"bottleneck: {LABELS[kind]} (")
+
+
+def test_classify_needs_timings_and_quotes_context() -> None:
+    assert classify({}) is None
+    assert classify(fractions(env=0.9, lwait=0.9, copy=0.0, train=0.1)) is None  # no policy timings yet
+    busy = {**fractions(env=0.9, infer=0.1, lwait=0.9, copy=0.0, train=0.1), "gpu_util": 12.0,
+            "cpu_system": 99.0, "cpu_run": 20.0}
+    reason = classify(busy).reason
+    assert "GPU 12% busy" in reason and "other jobs" in reason
+    quiet = {**busy, "cpu_system": 40.0}
+    assert "other jobs" not in classify(quiet).reason
+
+
+def test_remedies_follow_the_guide() -> None:
+    assert "--envs-per-worker" in REMEDIES["env"] and "vectorised" in REMEDIES["env"]
+    assert "shared" in REMEDIES["transfer"]
+    assert "--policy-workers" in REMEDIES["inference"]
+    assert "mixed precision" in REMEDIES["training"] and "--batch-size" in REMEDIES["training"]
+
+
+def test_dominant() -> None:
+    assert dominant([None, "env", "env", "training", None]) == "env"
+    assert dominant(["env", "training"]) == "training"  # tie: the later one
+    assert dominant([None, "bogus"]) is None
+
+
+# ----- health detectors -----
+def run_records(n: int, **series) -> list[dict]:
+    """n healthy records; keyword args override a key with a list (or a function of the index)."""
+    recs = []
+    for i in range(n):
+        r = {"time": 5.0 * (i + 1), "frames": 10_000 * (i + 1), "fps": 2000.0, "episode_return_mean": 10.0 + i,
+             "entropy": 0.6, "kl": 0.001, "grad_norm": 5.0, "grad_norm_max": 6.0, "value_loss": 10.0,
+             "policy_loss": 0.01, "nonfinite_updates": 0, "rss_mb_total": 800.0, "queue_full": 1.0,
+             "queue_requests": 2.0, "queue_reports": 0.0}
+        for key, values in series.items():
+            r[key] = values(i) if callable(values) else values[i] if isinstance(values, list) else values
+        recs.append(r)
+    return recs
+
+
+def codes(records: list[dict], **th) -> set[str]:
+    return {a.code for a in detect(records, Thresholds(entropy_floor=entropy_floor(True, 2), **th))}
+
+
+def test_healthy_run_has_no_alerts() -> None:
+    recs = run_records(30)
+    for i in range(1, 31):
+        assert codes(recs[:i]) == set()
+    assert detect([]) == []
+
+
+def test_nonfinite() -> None:
+    recs = run_records(5, nonfinite_updates=[0, 0, 0, 3, 3])
+    assert "nonfinite" in codes(recs[:4])
+    assert "nonfinite" not in codes(recs)  # no new skips in the last interval
+    nan = run_records(3, value_loss=[1.0, 1.0, math.nan])
+    assert "nonfinite" in codes(nan)
+    returns = detect(run_records(2, episode_return_mean=[1.0, math.nan]))
+    assert "NaN/Inf rewards" in returns[0].message
+    fatal = run_records(2) + [{"time": 11.0, "frames": 30_000, "fatal": "boom", "alerts": ["nonfinite"]}]
+    assert "nonfinite" in codes(fatal)
+
+
+def test_entropy_collapse() -> None:
+    floor = entropy_floor(True, 2)
+    assert floor == pytest.approx(0.05 * math.log(2))
+    assert "entropy_collapse" in codes(run_records(3, entropy=[0.69, 0.3, 0.01]))
+    assert "entropy_collapse" not in codes(run_records(3, entropy=[0.69, 0.3, 0.2]))
+    assert "entropy_collapse" not in {a.code for a in detect(run_records(3, entropy=[0.0] * 3))}  # no floor
+    gaussian = entropy_floor(False, 2)
+    assert gaussian < 2 * 1.4189 - 5  # stds shrunk 20-fold
+
+
+def test_kl_high() -> None:
+    assert "kl_high" in codes(run_records(2, kl=[0.001, 2.5]))
+    assert "kl_high" not in codes(run_records(2, kl=[0.001, 0.05]))
+    assert "kl_high" in codes(run_records(2, kl=[0.001, 0.05]), kl_max=0.01)
+
+
+def test_grad_spike() -> None:
+    assert "grad_spike" in codes(run_records(5, grad_norm_max=[6, 6, 6, 6, 500]))
+    assert "grad_spike" not in codes(run_records(5, grad_norm_max=[6, 6, 6, 6, 30]))
+    assert "grad_spike" not in codes(run_records(2, grad_norm_max=[6, 500]))  # too little history
+
+
+def test_value_exploding() -> None:
+    assert "value_exploding" in codes(run_records(5, value_loss=[10, 8, 5, 50, 5000]))
+    assert "value_exploding" not in codes(run_records(5, value_loss=[10, 8, 5, 5000, 600]))  # falling again
+    assert "value_exploding" not in codes(run_records(5, value_loss=[10, 20, 40, 80, 160]))
+
+
+def test_fps_degrading() -> None:
+    frames, total = [], 0
+    for i in range(14):
+        total += 10_000 if i < 8 else 2_000
+        frames.append(total)
+    assert "fps_degrading" in codes(run_records(14, frames=frames))
+    # bursty reporting (every other interval empty) at a steady rate is not a degradation
+    bursty = [10_000 * (i // 2 + 1) * 2 if i % 2 else 10_000 * (i // 2) * 2 + 1 for i in range(14)]
+    assert "fps_degrading" not in codes(run_records(14, frames=bursty))
+
+
+def test_queue_growing() -> None:
+    assert "queue_growing" in codes(run_records(8, queue_requests=[2, 2, 3, 5, 8, 12, 20, 30]))
+    assert "queue_growing" not in codes(run_records(8, queue_requests=[2, 2, 3, 5, 8, 12, 9, 30]))
+    assert "queue_growing" not in codes(run_records(8, queue_full=[4] * 8))  # full but steady
+
+
+def test_memory_growing() -> None:
+    leak = run_records(12, rss_mb_total=lambda i: 800.0 + 60 * i)
+    assert "memory_growing" in codes(leak)
+    noisy = run_records(12, rss_mb_total=lambda i: 800.0 + (30 if i % 2 else 0))
+    assert "memory_growing" not in codes(noisy)
+
+
+def test_returns_flat() -> None:
+    assert "returns_flat" in codes(run_records(12, episode_return_mean=[20.0] * 12))
+    assert "returns_flat" not in codes(run_records(12))  # rising
+    assert "returns_flat" not in codes(run_records(5, episode_return_mean=[20.0] * 5))  # too early
+
+
+def test_every_detector_has_a_code_and_detect_over_run() -> None:
+    assert len(DETECTORS) == len(CODES)
+    recs = run_records(6, kl=[0.0, 0.0, 3.0, 0.0, 0.0, 0.0])
+    found = detect_over_run(recs)
+    assert set(found) == {"kl_high"}
+    assert "lower --lr" in found["kl_high"].fix
+    assert "warning [kl_high]" in found["kl_high"].line()
+
+
+# ----- decision tree -----
+def test_trend() -> None:
+    assert trend([1, 2, 3, 4, 5, 6, 7, 8, 9]) == RISING
+    assert trend([5.0] * 9) == FLAT
+    assert trend([9, 8, 7, 6, 5, 4, 3, 2, 1]) == FALLING
+    assert trend([100, 100, 100, 101, 101, 101, 110, 110, 110]) == SLOW
+    assert trend([1, 2]) == UNKNOWN
+
+
+def test_next_steps_walks_the_tree() -> None:
+    assert "Learning works" in next_steps(run_records(12))[-1]
+    flat = run_records(12, episode_return_mean=[20.0] * 12)
+    assert "data pipeline" in next_steps(run_records(12, episode_return_mean=[20.0] * 12,
+                                                     value_loss=lambda i: 10.0 * (i + 1)))[-1]
+    low = next_steps(run_records(12, episode_return_mean=[20.0] * 12, entropy=[0.01] * 12), entropy_floor=0.03)
+    assert "--entropy-coeff" in low[-1]
+    assert "Train longer" in next_steps(flat, entropy_floor=0.03)[-1]
+    assert "Too few" in next_steps(run_records(2))[-1]
+
+
+# ----- resources and the runner-side monitor -----
+def test_resources() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"  # running Python, not half-way through exec
+        sampler = ProcessSampler()
+        first = sampler.sample({"learner": child.pid, "gone": 2**22 + 12345, "none": None})
+        assert set(first) == {"runner", "learner"} and first["learner"]["cpu"] is None
+        second = sampler.sample({"learner": child.pid})
+        assert second["learner"]["cpu"] is not None and second["learner"]["rss_mb"] > 1
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    flat = summarize({"rollout-0": {"rss_mb": 10.0, "cpu": 5.0}, "rollout-1": {"rss_mb": 20.0, "cpu": None},
+                      "learner": {"rss_mb": 100.0, "cpu": 90.0}})
+    assert flat == {"rss_mb_total": 130.0, "rss_mb_rollout": 30.0, "cpu_rollout": 5.0, "cpu_total": 95.0,
+                    "rss_mb_learner": 100.0, "cpu_learner": 90.0}
+    assert parse_rows([[50.0, 1000.0, 8000.0], [70.0, 500.0, 8000.0]]) == {
+        "gpu_util": 60.0, "gpu_mem_mb": 1500.0, "gpu_mem_total_mb": 16000.0}
+    assert GpuSampler(enabled=False).sample() == {}
+
+
+def test_gpu_sampler_reads_nvidia_smi(tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '55, 1024, 81920'\necho '65, 2048, 81920'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    sampler = GpuSampler()
+    assert sampler.sample() == {"gpu_util": 60.0, "gpu_mem_mb": 3072.0, "gpu_mem_total_mb": 163840.0}
+    fake.write_text("#!/bin/sh\necho '[N/A], 1, 2'\n")
+    assert sampler.sample() == {} and sampler.binary is None  # disabled after a failure
+
+
+class FakeQueue:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def qsize(self) -> int:
+        return self.n
+
+
+class FakeChannels:
+    def __init__(self) -> None:
+        self.requests, self.full, self.free, self.reports = FakeQueue(3), FakeQueue(1), FakeQueue(0), FakeQueue(0)
+
+
+class FakeProc:
+    pid = os.getpid()
+
+
+def test_monitor_adds_fields_and_prints_each_alert_once() -> None:
+    from asyncrl.config import Config
+    from asyncrl.envs.null_env import NULL_SPEC
+
+    lines: list[str] = []
+    monitor = RunMonitor(Config(env="null", device="cpu"), NULL_SPEC, out=lambda s, **_: lines.append(s))
+    channels = FakeChannels()
+    learner = [{"t_wait": 0.1, "t_copy": 0.0, "t_train": 0.9, "t_forward": 0.1, "t_backward": 0.05,
+                "t_optim": 0.01, "grad_norm": 7.0}]
+    for i in range(3):
+        monitor.sample_queues(channels)
+        record = {**run_records(3)[i], **fractions(env=0.9, infer=0.1, lwait=0.9, copy=0.0, train=0.1),
+                  "kl": 5.0, "entropy": 0.69}
+        extra = monitor.observe(record, learner, {"learner": FakeProc()}, channels)
+        monitor.flush()
+    assert extra["queue_requests"] == 3.0 and extra["bottleneck"] == "env"
+    assert extra["alerts"] == ["kl_high"] and extra["grad_norm_max"] == 7.0
+    assert extra["learner_forward_frac"] == pytest.approx(0.1 * 4)  # default 1 epoch x 4 minibatches
+    assert set(extra["procs"]) == {"runner", "learner"} and extra["rss_mb_total"] > 0
+    assert sum("warning [kl_high]" in line for line in lines) == 1
+    assert sum("bottleneck: environment-bound" in line for line in lines) == 3
+    json.dumps(extra)  # everything must be writable to metrics.jsonl
+
+
+# ----- run directories, video, offline CLIs -----
+def write_run(path, records: list[dict], config: dict | None = None) -> str:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+        f.write('{"time": 1')  # a record being written right now
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config or {"env": "null", "report_interval": 5.0}, f)
+    return str(path)
+
+
+def test_load_run_errors(tmp_path) -> None:
+    with pytest.raises(RunDirError, match="no run directory"):
+        load_run(str(tmp_path / "missing"))
+    with pytest.raises(RunDirError, match="no metrics.jsonl"):
+        load_run(str(tmp_path))
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(RunDirError, match="no records yet"):
+        load_run(str(tmp_path))
+    run = load_run(write_run(tmp_path / "run", run_records(3)))
+    assert len(run.records) == 3 and run.config["env"] == "null"
+
+
+def test_video(tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    stack = np.random.randint(0, 255, (4, 84, 84), dtype=np.uint8)
+    assert frame_from_obs(stack).shape == (252, 252)
+    assert (frame_from_obs(stack)[:3, :3] == stack[-1, 0, 0]).all()
+    bars = frame_from_obs(np.array([0.5, -2.0, np.nan, 0.0], dtype=np.float32))
+    assert bars.dtype == np.uint8 and bars.shape[1] == 4 * 32
+    path = save_video([frame_from_obs(stack + i) for i in range(3)], str(tmp_path / "a.gif"))
+    assert Image.open(path).n_frames == 3
+    with pytest.raises(VideoError, match="unknown video format"):
+        check_video_path(str(tmp_path / "a.avi"))
+    with pytest.raises(VideoError, match="no directory"):
+        check_video_path(str(tmp_path / "nope" / "a.gif"))
+
+
+def test_diagnose_and_plot_on_synthetic_run(tmp_path, capsys) -> None:
+    from asyncrl.cli import diagnose, plot
+
+    recs = run_records(12, kl=lambda i: 3.0 if i == 6 else 0.001, entropy_floor=[0.03] * 12,
+                       bottleneck=["env"] * 10 + ["training"] * 2,
+                       **fractions(env=0.9, infer=0.1, lwait=0.9, copy=0.0, train=0.1))
+    run = write_run(tmp_path / "run", recs)
+    assert diagnose.main([run]) == 0
+    md_path = capsys.readouterr().out.strip()
+    assert md_path == os.path.join(run, "diagnosis.md")
+    md = open(md_path).read()
+    assert "**environment-bound** in 9 of 11" in md and "kl_high" in md and "Learning works" in md
+    for name in ("learning_curve", "throughput", "health", "stages", "resources"):
+        assert os.path.getsize(os.path.join(run, "diagnosis", f"{name}.png")) > 1000
+        assert f"(diagnosis/{name}.png)" in md
+    other = write_run(tmp_path / "other", run_records(5))
+    out = str(tmp_path / "curves.png")
+    assert plot.main([run, other, "--x", "time", "--out", out]) == 0
+    assert os.path.getsize(out) > 1000
+
+
+@pytest.mark.parametrize("module, extra", [("diagnose", []), ("plot", []), ("enjoy", ["--episodes", "1"])])
+def test_cli_bad_input_is_one_line(module: str, extra: list[str], tmp_path, capsys) -> None:
+    import importlib
+
+    main = importlib.import_module(f"asyncrl.cli.{module}").main
+    assert main([str(tmp_path / "missing"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asyncrl-{module}: error: no run directory") and err.count("\n") == 1
+
+
+def test_enjoy_without_checkpoint(tmp_path, capsys) -> None:
+    from asyncrl.cli import enjoy
+
+    assert enjoy.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no usable checkpoint" in err and err.count("\n") == 1
+
+
+def fake_checkpoint(run_dir: str, hidden_size: int = 64) -> None:
+    from asyncrl.config import Config
+    from asyncrl.envs.null_env import NULL_SPEC
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.runtime.checkpoint import save_checkpoint
+
+    model = build_model(NULL_SPEC, hidden_size)
+    save_checkpoint(run_dir, 7, {"learner": {"model": model.state_dict(), "version": 7}, "env_steps": 0,
+                                 "config": Config(env="null").to_json(), "env": "null"}, keep=1)
+
+
+def test_enjoy_plays_a_vector_env_and_draws_bars(tmp_path, capsys) -> None:
+    from PIL import Image
+
+    from asyncrl.cli import enjoy
+    from asyncrl.envs.null_env import EPISODE_LEN
+
+    fake_checkpoint(str(tmp_path))
+    video = str(tmp_path / "null.gif")
+    assert enjoy.main([str(tmp_path), "--episodes", "2", "--greedy", "--video", video]) == 0
+    out = capsys.readouterr().out
+    assert f"2 episodes: raw score mean {EPISODE_LEN:g}, std 0" in out and "policy version 7" in out
+    assert Image.open(video).size == (4 * 32, 128)
+
+
+def test_enjoy_rejects_a_checkpoint_of_another_model(tmp_path, capsys) -> None:
+    from asyncrl.cli import enjoy
+
+    fake_checkpoint(str(tmp_path), hidden_size=32)  # the saved config says 64
+    assert enjoy.main([str(tmp_path), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "does not match the model" in err and err.count("\n") == 1

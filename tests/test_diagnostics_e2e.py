@@ -1,0 +1,128 @@
+"""Planted faults in real runs (`asyncrl-train` in a subprocess): the profiler and health monitors must name them.
+
+Each run is a few seconds of training on 2 rollout workers; the whole file takes about two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from asyncrl.diagnostics.metrics import read_metrics
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
+         "--device", "cpu"]
+DIVERGENCE = {"entropy_collapse", "kl_high", "grad_spike", "value_exploding", "nonfinite"}
+
+
+def command(name: str) -> list[str]:
+    """The installed console script, or its module when the scripts are not on disk."""
+    script = os.path.join(os.path.dirname(sys.executable), f"asyncrl-{name}")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", f"asyncrl.cli.{name}"]
+
+
+def run_cli(name: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([*command(name), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def train(train_dir, env: str, *args: str, seconds: float = 8) -> tuple[subprocess.CompletedProcess, str]:
+    proc = run_cli("train", "--env", env, "--train-dir", str(train_dir), "--experiment", "run",
+                   "--seconds", str(seconds), *SMALL, *args)
+    return proc, os.path.join(str(train_dir), "run")
+
+
+def verdicts(records: list[dict]) -> Counter:
+    return Counter(r["bottleneck"] for r in records if r.get("bottleneck"))
+
+
+def all_alerts(records: list[dict]) -> set[str]:
+    return {code for r in records for code in r.get("alerts") or []}
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str]:
+    """A CartPole whose every step sleeps 2 ms: the textbook environment-bound run (reused below)."""
+    proc, run_dir = train(tmp_path_factory.mktemp("slow"), "faulty_envs:make_slow_cartpole")
+    assert proc.returncode == 0, proc.stderr
+    return proc, run_dir
+
+
+def test_slow_env_is_environment_bound(slow_run) -> None:
+    proc, run_dir = slow_run
+    records = read_metrics(run_dir)
+    counts = verdicts(records)
+    assert counts.most_common(1)[0][0] == "env" and counts["env"] >= 0.7 * sum(counts.values()), counts
+    assert "bottleneck: environment-bound" in proc.stdout and "--envs-per-worker" in proc.stdout
+    last = records[-2]  # the last full interval
+    for key in ("fps", "episode_return_mean", "entropy", "value_loss", "kl", "grad_norm", "policy_lag_mean",
+                "queue_requests", "queue_full", "queue_free", "rss_mb_total", "rss_mb_rollout", "cpu_learner",
+                "rollout_env_frac", "learner_forward_frac", "alerts"):
+        assert key in last, key
+    assert {"runner", "learner", "policy-0", "rollout-0", "rollout-1"} <= set(last["procs"])
+
+
+def test_big_model_on_tiny_env_is_training_bound(tmp_path) -> None:
+    proc, run_dir = train(tmp_path, "null", "--hidden-size", "2048", "--epochs", "4")
+    assert proc.returncode == 0, proc.stderr
+    counts = verdicts(read_metrics(run_dir))
+    assert counts.most_common(1)[0][0] == "training" and counts["training"] >= 0.7 * sum(counts.values()), counts
+    assert "bottleneck: training-bound" in proc.stdout
+
+
+def test_nan_rewards_stop_the_run_and_keep_a_good_checkpoint(tmp_path) -> None:
+    proc, run_dir = train(tmp_path, "faulty_envs:make_nan_reward_cartpole", "--checkpoint-interval", "1",
+                          seconds=40)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("asyncrl: error:")]
+    assert len(error) == 1 and "NaN/Inf" in error[0] and "non-finite rewards" in error[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    records = read_metrics(run_dir)
+    assert records[-1].get("fatal") and "nonfinite" in records[-1]["alerts"]
+    assert records[-1]["time"] < 35  # stopped by the NaNs, not by --seconds
+
+    import torch
+
+    from asyncrl.runtime.checkpoint import load_latest_checkpoint
+
+    _, state = load_latest_checkpoint(run_dir)
+    weights = state["learner"]["model"]
+    assert weights and all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point())
+
+
+def test_huge_learning_rate_trips_divergence_detectors(tmp_path) -> None:
+    proc, run_dir = train(tmp_path, "CartPole-v1", "--lr", "10")
+    records = read_metrics(run_dir)
+    tripped = all_alerts(records) & DIVERGENCE
+    assert tripped, [r.get("alerts") for r in records]
+    for code in tripped:
+        assert proc.stdout.count(f"warning [{code}]") <= 1  # printed once per kind, not every interval
+
+
+def test_enjoy_plays_the_checkpoint_and_saves_a_gif(slow_run, tmp_path) -> None:
+    from PIL import Image
+
+    video = str(tmp_path / "episode.gif")
+    proc = run_cli("enjoy", slow_run[1], "--episodes", "2", "--video", video, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("episode ") >= 2 and "2 episodes: raw score mean" in proc.stdout
+    mean = float(proc.stdout.split("raw score mean ")[1].split(",")[0])
+    assert math.isfinite(mean) and mean >= 1  # CartPole scores at least one step per episode
+    assert Image.open(video).n_frames > 1
+
+
+def test_diagnose_writes_a_report(slow_run) -> None:
+    proc = run_cli("diagnose", slow_run[1], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md_path = proc.stdout.strip().splitlines()[-1]
+    assert md_path == os.path.join(slow_run[1], "diagnosis.md")
+    md = open(md_path).read()
+    assert "**environment-bound**" in md and "## What to try next" in md
+    for name in ("learning_curve", "throughput", "health", "stages", "resources"):
+        assert os.path.getsize(os.path.join(slow_run[1], "diagnosis", f"{name}.png")) > 1000
