@@ -26,7 +26,13 @@ test: install lint
 train: install
 	$(BIN)/asyncrl-train --env atari_pong $(ARGS)
 
-bench: install
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[test,bench]"
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
 	$(BIN)/asyncrl-bench $(ARGS)
 
 clean:

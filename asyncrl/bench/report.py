@@ -1,0 +1,78 @@
+"""Markdown tables for a suite's records: throughput, ratios, the null overhead and sampler scaling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def layout(r: dict[str, Any]) -> str:
+    if r["mode"] == "naive":
+        return f"{r['workers']} envs (1 process each)"
+    return f"{r['workers']} x {r['envs_per_worker']}"
+
+
+def throughput_table(records: list[dict[str, Any]]) -> list[str]:
+    lines = ["| env | mode | workers x envs | agent steps/s | frames/s | windows (min-max) | limited by | CPU used "
+             "| load |", "|---|---|---|---:|---:|---|---|---:|---:|"]
+    for r in records:
+        if r.get("scaling"):
+            continue
+        if r.get("error"):
+            lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | |")
+            continue
+        spread = f"{_num(r['sps_min'])}-{_num(r['sps_max'])} ({r['repeats']} x {r['window_s']:g} s)"
+        cpu = (r.get("stages") or {}).get("cpu_run")
+        load = (r.get("machine") or {}).get("load_avg") or [None]
+        lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
+                     f"| {r.get('limited_by') or '-'} | {_num(cpu, '.0f')}% | {_num(load[0], '.1f')} |")
+    return lines
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| env | sampler / env_only | train / sampler | asyncrl train / naive |", "|---|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['env']} | {_num(row['sampler_over_env_only'], '.2f')} | "
+                     f"{_num(row['train_over_sampler'], '.2f')} | {_num(row['asyncrl_over_naive'], '.2f')} |")
+    return lines
+
+
+def scaling_table(records: list[dict[str, Any]], env: str) -> list[str]:
+    points = sorted((r for r in records if r["env"] == env and r["mode"] == "sampler" and r.get("sps")),
+                    key=lambda r: r["workers"])
+    if len(points) < 2:
+        return []
+    one = points[0]["sps"]
+    lines = [f"Sampler scaling ({env}, {points[0]['envs_per_worker']} envs per worker):", "",
+             "| workers | agent steps/s | speed-up vs 1 worker | per worker |", "|---:|---:|---:|---:|"]
+    for r in points:
+        lines.append(f"| {r['workers']} | {_num(r['sps'])} | {r['sps'] / one:.2f} | {_num(r['sps'] / r['workers'])} |")
+    return lines
+
+
+NOTES = ("CPU used: share of all cores the benchmark's own processes used while measuring; load: the machine's "
+         "1-minute load average when the figure was taken (runnable processes of all users).")
+
+
+def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> str:
+    machine = next((r["machine"] for r in records if r.get("machine")), {})
+    load = machine.get("load_avg_before_suite") or []
+    cpus = machine.get("cpu_count", 0)
+    busy = bool(load) and cpus and load[0] > 0.5 * cpus
+    lines = [f"Machine: {cpus} cores ({machine.get('cpu_model', '?')}), {machine.get('memory_gib', '?')} GiB, "
+             f"torch {machine.get('torch', '?')}, device {machine.get('device', '?')}; load average before the "
+             f"run {', '.join(str(x) for x in load) or '?'}" + (" -- MEASURED UNDER LOAD" if busy else ""),
+             "", *throughput_table(records), "", NOTES, "", *ratio_table(ratios), ""]
+    null = next((r for r in records if r["mode"] == "null" and r.get("sps")), None)
+    if null:
+        cpu = null.get("cpu_us_per_step")
+        lines += [f"Framework overhead (null env, MLP {null['hidden_size']}): {null['us_per_step_per_core']:.1f} us "
+                  f"per agent step per core (cores x 1e6 / {null['sps']:,.0f} agent steps/s)"
+                  + (f"; {cpu:.1f} us of CPU actually used per agent step." if cpu else "."), ""]
+    if any(r.get("scaling") for r in records):
+        scaling_env = next(r["env"] for r in records if r.get("scaling"))
+        lines += [*scaling_table(records, scaling_env), ""]
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""What one benchmark measurement runs: env, mode, worker layout, timing windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+MODES: dict[str, str] = {
+    "env_only": "the env backend stepping random actions, no policy: one process per sampler worker, each "
+                "stepping VecEnvs the size of a worker split (the ceiling for sampling)",
+    "sampler": "rollout + policy workers, no learning (asyncrl-train --no-train)",
+    "train": "the whole trainer, learning on (asyncrl-train)",
+    "null": "sampler mode on the zero-cost `null` env with a small MLP: the framework's own overhead, "
+            "reported as microseconds per agent step per core",
+    "naive": "the usual baseline: gymnasium AsyncVectorEnv (shared memory, one process per env) and one "
+             "synchronous collect-then-train PPO loop with the same model, batch and minibatches",
+}
+TRAINER_MODES = ("sampler", "train", "null")
+
+# The issue's reference layout (also Sample Factory's Atari benchmark layout, with 16 envs per worker).
+REF_WORKERS = 4
+REF_ENVS_PER_WORKER = 16
+REF_ROLLOUT = 32
+REF_BATCH = 1024
+NAIVE_ENVS = 8  # AsyncVectorEnv processes for the naive loop (rollout = batch / envs)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """One measurement. `seconds` of measured time is split into `repeats` windows after one warm-up window."""
+
+    env: str = "atari_pong"
+    mode: str = "sampler"
+    workers: int = REF_WORKERS  # naive: AsyncVectorEnv processes (one env each)
+    envs_per_worker: int = REF_ENVS_PER_WORKER
+    worker_splits: int = 2
+    rollout: int = REF_ROLLOUT
+    batch_size: int = REF_BATCH
+    minibatches: int = 1
+    epochs: int = 1
+    hidden_size: int = 64
+    seconds: float = 15.0
+    repeats: int = 3
+    extra_trainer_args: tuple[str, ...] = ()  # more asyncrl-train flags (sampler, train and null only)
+
+    @property
+    def window_s(self) -> float:
+        return self.seconds / self.repeats
+
+    @property
+    def envs_per_split(self) -> int:
+        return max(1, self.envs_per_worker // self.worker_splits)
+
+    def for_mode(self, mode: str, **changes) -> BenchSettings:
+        """A copy for another mode; `null` always runs the null env."""
+        env = "null" if mode == "null" else changes.pop("env", self.env)
+        return replace(self, mode=mode, env=env, **changes)
+
+    def trainer_args(self) -> list[str]:
+        """`asyncrl-train` flags for this layout (sampler, null and train modes)."""
+        args = [
+            "--env", self.env, "--workers", str(self.workers), "--envs-per-worker", str(self.envs_per_worker),
+            "--worker-splits", str(self.worker_splits), "--rollout", str(self.rollout),
+            "--batch-size", str(self.batch_size), "--minibatches", str(self.minibatches),
+            "--epochs", str(self.epochs), "--hidden-size", str(self.hidden_size),
+        ]
+        return [*args, "--train" if self.mode == "train" else "--no-train", *self.extra_trainer_args]

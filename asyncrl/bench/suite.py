@@ -1,0 +1,136 @@
+"""The full and quick suites: which measurements run, each in a fresh process, and the ratios between them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.bench.machine import load_average, usable_cpus
+from asyncrl.bench.settings import NAIVE_ENVS, BenchSettings
+
+SUITE_ENVS = ("atari_pong", "CartPole-v1")
+ENV_MODES = ("env_only", "sampler", "train", "naive")
+# Seconds measured and windows per figure. The learner frees trajectory slots a batch at a time, so with
+# learning on the env-step count moves in steps of one batch: train windows must span several updates.
+QUICK = {"seconds": 9.0, "repeats": 3}  # 3 windows of 3 s after a 3 s warm-up
+QUICK_TRAIN = {"seconds": 15.0, "repeats": 3}
+FULL = {"seconds": 40.0, "repeats": 5}  # 5 windows of 8 s after an 8 s warm-up
+
+
+def timing(mode: str, quick: bool) -> dict[str, Any]:
+    if not quick:
+        return FULL
+    return QUICK_TRAIN if mode == "train" else QUICK
+
+
+@dataclass(frozen=True)
+class Step:
+    settings: BenchSettings
+    scaling: bool = False  # a point of the sampler scaling curve
+
+
+def scaling_points(cpus: int) -> list[int]:
+    """1, 2, 4, ... up to twice the cores."""
+    points, w = [], 1
+    while w <= 2 * cpus:
+        points.append(w)
+        w *= 2
+    return points
+
+
+def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = None,
+         overrides: dict[str, Any] | None = None) -> list[Step]:
+    """env_only, sampler, train and naive per env, then null; the full suite adds sampler scaling on envs[0].
+
+    `overrides` (seconds, repeats) replace the suite's own timing for every step.
+    """
+    steps = []
+    for env in envs:
+        for mode in ENV_MODES:
+            changes: dict[str, Any] = {"env": env, **timing(mode, quick), **(overrides or {})}
+            if mode == "naive":
+                changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
+            steps.append(Step(base.for_mode(mode, **changes)))
+    steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
+    if not quick:
+        for w in scaling_points(cpus or usable_cpus()):
+            if w != base.workers:  # the reference sampler row is that point
+                changes = {"env": envs[0], "workers": w, **timing("sampler", quick), **(overrides or {})}
+                steps.append(Step(base.for_mode("sampler", **changes), scaling=True))
+    return steps
+
+
+def command(s: BenchSettings) -> list[str]:
+    return [sys.executable, "-m", "asyncrl.cli.bench", "--env", s.env, "--mode", s.mode,
+            "--workers", str(s.workers), "--envs-per-worker", str(s.envs_per_worker),
+            "--rollout", str(s.rollout), "--batch-size", str(s.batch_size), "--minibatches", str(s.minibatches),
+            "--epochs", str(s.epochs), "--hidden-size", str(s.hidden_size),
+            "--seconds", str(s.seconds), "--repeats", str(s.repeats),
+            *(["--", *s.extra_trainer_args] if s.extra_trainer_args else [])]
+
+
+def run_step(step: Step, log=print) -> dict[str, Any]:
+    """One measurement in a fresh process; a failure becomes a record with `error` so the suite goes on."""
+    s = step.settings
+    log(f"asyncrl-bench: {s.env} {s.mode} ({s.workers} x {s.envs_per_worker}) ...", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(command(s), stdout=subprocess.PIPE, text=True)
+    try:
+        stdout, _ = proc.communicate()
+    except KeyboardInterrupt:  # Ctrl-C reached the child too: let it stop its run and clean up first
+        proc.wait(timeout=90)
+        raise
+    record = last_record(stdout)
+    if record is None:
+        record = {"env": s.env, "mode": s.mode, "workers": s.workers, "envs_per_worker": s.envs_per_worker,
+                  "sps": None, "fps": None, "repeats": 0, "error": f"exit code {proc.returncode}"}
+    record["scaling"] = step.scaling
+    return record
+
+
+def last_record(stdout: str) -> dict[str, Any] | None:
+    """The last line of stdout that is a JSON record (native libraries may print banners around it)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def find(records: list[dict[str, Any]], env: str, mode: str) -> dict[str, Any] | None:
+    return next((r for r in records if r["env"] == env and r["mode"] == mode and not r.get("scaling")
+                 and r.get("sps")), None)
+
+
+def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    return round(a["sps"] / b["sps"], 3) if a and b and b["sps"] else None
+
+
+def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set sampler/env_only on sampler rows and train/sampler, train/naive on train rows; return one row per env."""
+    rows = []
+    for env in dict.fromkeys(r["env"] for r in records if r["mode"] != "null"):
+        env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
+        row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
+               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive)}
+        if sampler:
+            sampler["sampler_over_env_only"] = row["sampler_over_env_only"]
+        if train:
+            train["train_over_sampler"] = row["train_over_sampler"]
+            train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
+        rows.append(row)
+    return rows
+
+
+def run_suite(envs: list[str], quick: bool, base: BenchSettings, overrides: dict[str, Any] | None = None,
+              log=print) -> tuple[list[dict], list[dict]]:
+    load_before = load_average()
+    records = [run_step(step, log) for step in plan(envs, quick, base, overrides=overrides)]
+    for r in records:
+        r.setdefault("machine", {})["load_avg_before_suite"] = load_before
+        r["suite"] = "quick" if quick else "full"
+    return records, add_ratios(records)

@@ -1,0 +1,92 @@
+"""asyncrl-bench: a real null-env sampler run through the CLI, the naive PPO loop on tiny CartPole, and the
+pure pieces (window selection, ratios, the suite plan, the markdown report)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from asyncrl.bench.env_only import window_rates
+from asyncrl.bench.naive import atari_id, run_naive
+from asyncrl.bench.report import markdown
+from asyncrl.bench.settings import BenchSettings
+from asyncrl.bench.suite import add_ratios, last_record, plan, scaling_points
+from asyncrl.bench.trainer import measured_windows
+from asyncrl.cli.bench import split_argv
+
+RECORD_KEYS = {"env", "mode", "workers", "envs_per_worker", "sps", "fps", "repeats", "sps_windows", "machine"}
+
+
+def test_cli_null_sampler_prints_one_json_record() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncrl.cli.bench", "--env", "null", "--mode", "sampler", "--seconds", "6",
+         "--workers", "2", "--envs-per-worker", "8"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert RECORD_KEYS <= record.keys()
+    assert record["env"] == "null" and record["mode"] == "sampler"
+    assert record["sps"] > 0 and record["fps"] == record["sps"]
+    assert record["repeats"] == 3 and len(record["sps_windows"]) == 3
+    assert record["machine"]["cpu_count"] >= 1 and record["machine"]["torch"]
+
+
+def test_naive_loop_runs_tiny_cartpole() -> None:
+    s = BenchSettings(env="CartPole-v1", mode="naive", workers=2, envs_per_worker=1, batch_size=64, minibatches=2,
+                      seconds=0.3, repeats=3)
+    record = run_naive(s)
+    assert record["sps"] > 0 and record["repeats"] == 3
+    assert record["rollout"] == 32 and record["envs_per_worker"] == 1
+    assert record["limited_by"] in {"env", "inference", "training"}
+
+
+def test_measured_windows_skip_startup_and_warmup() -> None:
+    records = [{"env_steps": 0, "sps": 0}, {"env_steps": 10, "sps": 1}, {"env_steps": 30, "sps": 2},
+               {"env_steps": 60, "sps": 3}, {"env_steps": 100, "sps": 4}]
+    assert measured_windows(records, 3) is None
+    windows = measured_windows([*records, {"env_steps": 150, "sps": 5}], 3)
+    assert [w["sps"] for w in windows] == [2, 3, 4, 5]  # the warm-up window, then the measured ones
+
+
+def test_env_only_windows_sum_processes_and_drop_warmup() -> None:
+    proc = [(0.0, 0, 0.0), (1.0, 50, 1.0), (2.0, 150, 2.0), (3.0, 250, 3.0)]
+    assert window_rates([proc, proc]) == [200.0, 200.0]
+
+
+def test_ratios_and_report() -> None:
+    machine = {"cpu_count": 2, "torch": "x", "device": "cpu", "load_avg_before_suite": [0.1, 0.1, 0.1]}
+    base = {"envs_per_worker": 16, "repeats": 3, "window_s": 3.0, "machine": machine, "hidden_size": 64,
+            "us_per_step_per_core": 10.0}
+    records = [{**base, "env": "e", "mode": m, "workers": w, "sps": v, "fps": v, "sps_min": v, "sps_max": v,
+                "scaling": sc}
+               for m, w, v, sc in [("env_only", 4, 400.0, False), ("sampler", 4, 200.0, False),
+                                   ("train", 4, 100.0, False), ("naive", 8, 50.0, False),
+                                   ("null", 4, 2e5, False), ("sampler", 1, 80.0, True)]]
+    rows = add_ratios(records)
+    assert rows == [{"env": "e", "sampler_over_env_only": 0.5, "train_over_sampler": 0.5, "asyncrl_over_naive": 2.0}]
+    text = markdown(records, rows)
+    assert "| e | train | 4 x 16 | 100 |" in text and "10.0 us per agent step per core" in text
+    assert "| 4 | 200 | 2.50 |" in text  # scaling: 4 workers vs 1
+
+
+def test_plan_and_helpers() -> None:
+    assert scaling_points(2) == [1, 2, 4] and scaling_points(3) == [1, 2, 4]
+    quick = plan(["atari_pong"], True, BenchSettings())
+    assert [(s.settings.env, s.settings.mode) for s in quick] == [
+        ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "naive"),
+        ("null", "null")]
+    assert all(s.settings.repeats >= 3 for s in quick)
+    full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
+    assert [s.settings.workers for s in full if s.scaling] == [1, 2]
+    assert atari_id("atari_space_invaders") == "ALE/SpaceInvaders-v5"
+    assert last_record('A.L.E banner\n{"sps": 1}\n[Powered by Stella]\n') == {"sps": 1}
+
+
+def test_flags_after_double_dash_go_to_the_trainer() -> None:
+    own, extra = split_argv(["--mode", "train", "--", "--learner-threads", "2"])
+    assert own == ["--mode", "train"] and extra == ["--learner-threads", "2"]
+    s = BenchSettings(mode="train", extra_trainer_args=tuple(extra))
+    assert s.trainer_args()[-3:] == ["--train", "--learner-threads", "2"]
+    assert BenchSettings(mode="sampler").trainer_args()[-1] == "--no-train"
