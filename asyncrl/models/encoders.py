@@ -23,6 +23,8 @@ class NatureCNN(nn.Module):
         self.out_features = out_features
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
+            obs = obs.contiguous(memory_format=torch.channels_last)  # convert the uint8 frames: 4x less to copy
         return self.fc(self.conv(obs.float() * (1.0 / 255.0)))
 
 
