@@ -55,7 +55,8 @@ class Config:
     epochs: int = field(default=1, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
-    lr_schedule: str = field(default="constant", metadata={"help": "constant or linear (decays to 0 at --frames)"})
+    lr_schedule: str = field(default="constant", metadata={
+        "help": "constant, linear (decays to 0 at --frames) or auto (linear when --frames is set)"})
     adam_eps: float = field(default=1e-5, metadata={"help": "Adam epsilon"})
     gamma: float = field(default=0.99, metadata={"help": "discount factor"})
     clip_ratio: float = field(default=0.1, metadata={"help": "PPO clip epsilon"})
@@ -80,6 +81,8 @@ class Config:
     learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
     report_interval: float = field(default=5.0, metadata={"help": "seconds between progress reports"})
     checkpoint_interval: float = field(default=300.0, metadata={"help": "seconds between checkpoints"})
+    hang_timeout: float = field(default=30.0, metadata={
+        "help": "seconds a process may go without progress before it is restarted (the learner: run stopped)"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
 
     # ----- derived -----
@@ -105,6 +108,8 @@ class Config:
 
     def resolve(self) -> Config:
         """Fill in automatic settings (in place) and return self."""
+        if self.lr_schedule == "auto":
+            self.lr_schedule = "linear" if self.frames else "constant"
         if self.envs_per_worker == 0:
             self.envs_per_worker = auto_envs_per_worker(self)
         return self
@@ -118,7 +123,7 @@ class Config:
         for name in ("frames", "seconds", "learner_threads", "max_policy_lag"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
-        for name in ("lr", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm"):
+        for name in ("lr", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm", "hang_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive (got {getattr(self, name)})")
         if not 0.0 <= self.gamma <= 1.0:

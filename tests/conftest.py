@@ -1,0 +1,137 @@
+"""Shared helpers: run `asyncrl-train` in a subprocess, read its metrics, snapshot /dev/shm."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHM = Path("/dev/shm")
+
+
+def train_command() -> list[str]:
+    """The installed console script next to this interpreter (the venv's), else the module."""
+    script = Path(sys.executable).with_name("asyncrl-train")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("asyncrl-train")
+    return [found] if found else [sys.executable, "-m", "asyncrl.cli.train"]
+
+
+def run_cli(args: list[str], train_dir: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run `asyncrl-train ARGS --train-dir TRAIN_DIR` to completion and capture its output."""
+    return subprocess.run([*train_command(), *args, "--train-dir", str(train_dir)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@dataclass
+class TrainRun:
+    """A running `asyncrl-train` whose stdout and stderr go to files (a pipe nobody reads could block it)."""
+
+    proc: subprocess.Popen[bytes]
+    run_dir: Path
+    stdout_path: Path
+    stderr_path: Path
+    started: float  # time.monotonic() just before the process was started
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def records(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def ctrl_c(self) -> None:
+        """What a terminal's Ctrl-C does: SIGINT to every process in the run's process group (if still running)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except ProcessLookupError:  # exited in between
+                pass
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
+def start_train(args: list[str], train_dir: Path, experiment: str = "run") -> TrainRun:
+    """Start `asyncrl-train ARGS` in its own session (so Ctrl-C can go to its whole process group)."""
+    train_dir.parent.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix=f"logs-{experiment}-", dir=train_dir.parent))
+    out, err = logs / "stdout.txt", logs / "stderr.txt"
+    cmd = [*train_command(), *args, "--train-dir", str(train_dir), "--experiment", experiment]
+    started = time.monotonic()
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, start_new_session=True)
+    return TrainRun(proc, train_dir / experiment, out, err, started)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl records, skipping a last line that is still being written."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, proc: subprocess.Popen[bytes] | None = None,
+             interval: float = 0.2) -> Any:
+    """Poll until predicate() is truthy (returned) or timeout; None if it never was or proc exited first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            return predicate() or None
+        time.sleep(interval)
+    return None
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+@pytest.fixture
+def shm_guard() -> Iterator[set[str]]:
+    """Fails the test if it leaves new entries in /dev/shm."""
+    before = shm_entries()
+    yield before
+    leaked = shm_entries() - before
+    assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
+
+
+@pytest.fixture
+def reap() -> Iterator[list[TrainRun]]:
+    """Runs a test started; any still going at teardown are killed (their process group, by the runner's pid)."""
+    runs: list[TrainRun] = []
+    yield runs
+    for run in runs:
+        if run.proc.poll() is None:
+            try:
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            run.proc.wait(timeout=10)

@@ -1,0 +1,93 @@
+"""`asyncrl-train` as a user runs it: bad input is one line on stderr, exit code 2, and nothing half-written."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+# Settings that would start quickly if they were valid; each test breaks exactly one thing.
+FAST = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
+        "--minibatches", "1", "--seconds", "5"]
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Exit code 2 and exactly one line on stderr, with every fragment in it and no traceback."""
+    assert result.returncode == 2, f"exit code {result.returncode}; stderr:\n{result.stderr}"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def test_unknown_env_names_a_close_match(tmp_path: Path) -> None:
+    result = run_cli([*FAST, "--env", "CartPol-v1"], tmp_path)
+    assert_user_error(result, "unknown env 'CartPol-v1'", "did you mean", "CartPole-v1")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
+    result = run_cli([*FAST, "--env", "atari_pongg"], tmp_path)
+    assert_user_error(result, "atari_pong")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--workers", "-4"], "--workers must be at least 1"),
+    (["--envs-per-worker", "-2"], "--envs-per-worker must be at least 1"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--frames", "-1"], "--frames must not be negative"),
+    (["--rollout", "1"], "--rollout must be at least 2"),
+    (["--envs-per-worker", "3", "--worker-splits", "2"], "does not divide into --worker-splits"),
+    (["--batch-size", "20"], "must be a multiple of rollout x envs per split"),
+    (["--minibatches", "3", "--batch-size", "32"], "--minibatches 3 must divide"),
+])
+def test_invalid_settings_exit_2_before_creating_anything(tmp_path: Path, flags: list[str], expected: str) -> None:
+    train_dir = tmp_path / "runs"
+    result = run_cli([*FAST, *flags], train_dir)
+    assert_user_error(result, expected)
+    assert not train_dir.exists(), "a rejected run must not create its train dir"
+
+
+def test_resume_with_nothing_to_resume(tmp_path: Path) -> None:
+    train_dir = tmp_path / "runs"
+    result = run_cli([*FAST, "--resume", "--experiment", "nothing"], train_dir)
+    assert_user_error(result, "--resume", "no checkpoint", "nothing")
+    assert not (train_dir / "nothing").exists()
+
+
+def test_unwritable_train_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    result = run_cli(FAST, blocker / "runs")
+    assert_user_error(result, "cannot write to train dir", "--train-dir")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_existing_experiment_needs_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "CartPole-v1"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"frames": 123}\n')
+    (run_dir / "config.json").write_text("{}")
+    result = run_cli(FAST, tmp_path)
+    assert_user_error(result, "already exists", "--resume", "--experiment")
+    # The earlier run's files are left exactly as they were.
+    assert (run_dir / "metrics.jsonl").read_text() == '{"frames": 123}\n'
+    assert (run_dir / "config.json").read_text() == "{}"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.jsonl"]
+
+
+def test_help_lists_every_config_flag(tmp_path: Path) -> None:
+    import dataclasses
+
+    from asyncrl.config import Config
+
+    result = run_cli(["--help"], tmp_path)
+    assert result.returncode == 0
+    for f in dataclasses.fields(Config):
+        assert "--" + f.name.replace("_", "-") in result.stdout

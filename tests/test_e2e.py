@@ -1,0 +1,145 @@
+"""End to end, with real processes and no mocks: learning, a 32-worker Atari run with Ctrl-C, and --resume.
+
+Run with `pytest -s tests/test_e2e.py` to see the measured figures (time to first frames, RSS, learning speed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import TrainRun, shm_entries, start_train, wait_for
+
+from asyncrl.runtime.checkpoint import list_checkpoints
+
+# CartPole flags that reach a mean return of 475 within about 100k env steps (see docs/configuration.md).
+CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "8", "--rollout", "16",
+                  "--batch-size", "256", "--epochs", "8", "--minibatches", "2", "--lr", "1e-3", "--lr-schedule",
+                  "linear", "--frames", "150000", "--value-coeff", "0.05", "--max-grad-norm", "0.5",
+                  "--entropy-coeff", "0", "--gamma", "0.98", "--vtrace-c", "0.8"]
+CARTPOLE_TARGET = 450.0
+CARTPOLE_BUDGET_S = 110.0  # "well under two minutes", process start-up included
+MAX_POLICY_LAG = 4  # the default, which the Pong run keeps
+
+
+def best_return(records: list[dict]) -> float | None:
+    returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
+    return max(returns) if returns else None
+
+
+def first_record(records: list[dict], key: str, threshold: float) -> dict | None:
+    return next((r for r in records if r.get(key) is not None and r[key] >= threshold), None)
+
+
+def title(proc: psutil.Process) -> str:
+    """The process title set by setproctitle (asyncrl-learner, asyncrl-rollout-7, ...)."""
+    try:
+        cmdline = proc.cmdline()
+        return cmdline[0] if cmdline else proc.name()
+    except psutil.Error:
+        return ""
+
+
+def stop_with_ctrl_c(run: TrainRun, limit_s: float) -> tuple[int, float]:
+    """Ctrl-C the run; its exit code and how long it took to exit (fails the test past limit_s + 5 s)."""
+    t0 = time.monotonic()
+    run.ctrl_c()
+    try:
+        code = run.wait(timeout=limit_s + 5)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"asyncrl-train did not exit within {limit_s + 5:.0f} s of Ctrl-C\n{run.stdout()[-2000:]}")
+    return code, time.monotonic() - t0
+
+
+def test_cartpole_learns(tmp_path: Path, reap: list[TrainRun]) -> None:
+    run = start_train([*CARTPOLE_FLAGS, "--seconds", str(CARTPOLE_BUDGET_S), "--report-interval", "1"],
+                      tmp_path / "train", "cartpole")
+    reap.append(run)
+    reached = wait_for(lambda: first_record(run.records(), "episode_return_mean", CARTPOLE_TARGET),
+                       timeout=CARTPOLE_BUDGET_S + 30, proc=run.proc)
+    wall = time.monotonic() - run.started
+    code, _ = stop_with_ctrl_c(run, 10)
+    records = run.records()
+    assert reached, (f"mean return never reached {CARTPOLE_TARGET} in {wall:.0f} s "
+                     f"(best {best_return(records)}, {records[-1]['env_steps'] if records else 0} env steps)\n"
+                     f"{run.stdout()[-3000:]}{run.stderr()[-2000:]}")
+    print(f"\nCartPole-v1: mean return {reached['episode_return_mean']:.1f} >= {CARTPOLE_TARGET} after "
+          f"{reached['env_steps']:,} env steps, {reached['time']:.1f} s after the runner started "
+          f"({wall:.1f} s wall from launch)")
+    assert code == 0, run.stderr()
+    assert wall < CARTPOLE_BUDGET_S + 10
+
+
+def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: list[TrainRun]) -> None:
+    shm_before = shm_entries()
+    run = start_train(["--env", "atari_pong", "--workers", "32", "--envs-per-worker", "2",
+                       "--seconds", "60", "--report-interval", "1", "--max-policy-lag", str(MAX_POLICY_LAG)],
+                      tmp_path / "train", "pong32")
+    reap.append(run)
+    runner = psutil.Process(run.pid)
+
+    first = wait_for(lambda: first_record(run.records(), "frames", 1), timeout=90, proc=run.proc)
+    t_first = time.monotonic() - run.started
+    assert first, f"no frames within 90 s\n{run.stdout()[-3000:]}{run.stderr()[-2000:]}"
+    children = runner.children(recursive=True)
+    titles = {c.pid: title(c) for c in children}
+    rollouts = [c for c in children if titles[c.pid].startswith("asyncrl-rollout-")]
+    assert len(rollouts) == 32, sorted(titles.values())
+    assert any(t == "asyncrl-learner" for t in titles.values())
+    mem = rollouts[0].memory_full_info()
+    print(f"\n32-worker atari_pong: first frames {t_first:.1f} s after launch (metrics record at "
+          f"{first['time']:.1f} s of runner time); {titles[rollouts[0].pid]} RSS {mem.rss / 2**20:.0f} MiB, "
+          f"USS {mem.uss / 2**20:.0f} MiB; all {len(rollouts)} rollout workers RSS "
+          f"{sum(c.memory_info().rss for c in rollouts) / 2**20:.0f} MiB")
+
+    # Let the learner publish a few versions, then Ctrl-C as a user would.
+    wait_for(lambda: first_record(run.records(), "policy_version", 4), timeout=40, proc=run.proc)
+    assert run.proc.poll() is None, f"the run ended by itself\n{run.stdout()[-3000:]}{run.stderr()[-2000:]}"
+    code, took = stop_with_ctrl_c(run, 10)
+    print(f"32-worker atari_pong: exited with code {code} {took:.1f} s after Ctrl-C")
+    assert code == 0, run.stderr()
+    assert took <= 10.0
+
+    records = run.records()
+    assert records and records[-1]["frames"] > 0
+    lags = [r["policy_lag_max"] for r in records if r.get("policy_lag_max") is not None]
+    assert lags, "the learner never reported an update"
+    assert max(lags) <= MAX_POLICY_LAG, lags
+    print(f"32-worker atari_pong: {records[-1]['frames']:,} frames, policy version {records[-1]['policy_version']}, "
+          f"policy_lag_max {max(lags)}, dropped_stale {records[-1]['dropped_stale']}")
+    assert list_checkpoints(str(run.run_dir)), "Ctrl-C must leave a checkpoint"
+    assert shm_entries() - shm_before == set()
+    _, alive = psutil.wait_procs(children, timeout=2)
+    survivors = [f"{c.pid} {titles[c.pid]}" for c in alive if c.status() != psutil.STATUS_ZOMBIE]
+    assert not survivors, f"child processes outlived the runner: {survivors}"
+    assert "Traceback" not in run.stderr()
+
+
+def test_resume_continues_versions_and_frames(tmp_path: Path, reap: list[TrainRun]) -> None:
+    flags = [*CARTPOLE_FLAGS, "--report-interval", "1"]
+    first = start_train([*flags, "--seconds", "6"], tmp_path / "train", "resume")
+    reap.append(first)
+    assert first.wait(timeout=90) == 0, first.stderr()
+    before = first.records()
+    assert before, first.stdout()
+    last = before[-1]
+    checkpoints = list_checkpoints(str(first.run_dir))
+    assert checkpoints, "a run that ends on --seconds must leave a checkpoint"
+    saved_version = int(Path(checkpoints[0]).stem.split("_")[1])
+    assert saved_version >= last["policy_version"] > 1 and last["frames"] > 0
+
+    second = start_train([*flags, "--seconds", "6", "--resume"], tmp_path / "train", "resume")
+    reap.append(second)
+    assert second.wait(timeout=90) == 0, second.stderr()
+    assert "resumed from" in second.stdout()
+    after = second.records()[len(before):]
+    assert after, "the resumed run wrote no metrics"
+    assert after[0]["policy_version"] >= saved_version, (last, after[0])
+    assert all(r["frames"] >= last["frames"] for r in after), (last, after[0])
+    assert after[-1]["policy_version"] > saved_version and after[-1]["frames"] > last["frames"]
+    print(f"\nresume: first run stopped at version {last['policy_version']} / {last['frames']:,} frames; "
+          f"resumed run went on from version {after[0]['policy_version']} / {after[0]['frames']:,} frames to "
+          f"{after[-1]['policy_version']} / {after[-1]['frames']:,}")
