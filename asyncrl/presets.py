@@ -12,7 +12,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Vector observations, MLP policy (CartPole, Pendulum, custom envs). Many small updates per sample; a low
     # value weight because policy and value share the MLP trunk and unscaled returns would swamp the policy.
     "vector": {
-        "workers": 2, "envs_per_worker": 8, "rollout": 16, "batch_size": 256, "epochs": 8, "minibatches": 2, "lr": 1e-3, "lr_schedule": "auto",
+        "workers": 2, "envs_per_worker": 8, "rollout": 16, "batch_size": 256, "epochs": 8, "minibatches": 2,
+        "lr": 1e-3, "lr_schedule": "auto",
         "value_coeff": 0.05, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.98, "vtrace_c": 0.8,
     },
 }

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from faster_fifo import Queue
 
+from asyncrl.runtime.liveness import allocate_liveness
 from asyncrl.runtime.shared import SharedArrays
 
 Empty = queue.Empty
@@ -36,9 +38,10 @@ class Channels:
     reports: Queue
     learner_cmds: Queue
     control: SharedArrays
+    live: SharedArrays  # heartbeats, slot owners, action handshake (asyncrl.runtime.liveness)
 
     @classmethod
-    def create(cls, workers: int, slots: int) -> Channels:
+    def create(cls, workers: int, slots: int, policy_workers: int = 1) -> Channels:
         return cls(
             requests=Queue(max_size_bytes=4_000_000),
             actions_ready=[Queue(max_size_bytes=64_000) for _ in range(workers)],
@@ -47,6 +50,7 @@ class Channels:
             reports=Queue(max_size_bytes=16_000_000),
             learner_cmds=Queue(max_size_bytes=64_000),
             control=SharedArrays({"flags": ((4,), np.dtype(np.int64))}),
+            live=allocate_liveness(workers, policy_workers, slots),
         )
 
     @property
@@ -59,14 +63,20 @@ class Channels:
     def all_queues(self) -> list[Queue]:
         return [self.requests, *self.actions_ready, self.full, self.free, self.reports, self.learner_cmds]
 
+    def named_queues(self) -> list[tuple[str, Queue]]:
+        names = ["requests", *(f"actions_ready[{i}]" for i in range(len(self.actions_ready))), "full", "free",
+                 "reports", "learner_cmds"]
+        return list(zip(names, self.all_queues()))
 
-def get_or_stop(q: Queue, channels: Channels, timeout: float = 0.1):
-    """Block on q until a message arrives; None once the run is stopping."""
+
+def get_or_stop(q: Queue, channels: Channels, timeout: float = 0.1, idle: Callable[[], None] | None = None):
+    """Block on q until a message arrives; None once the run is stopping. `idle` runs after each timeout."""
     while not channels.stopping:
         try:
             return q.get(timeout=timeout)
         except Empty:
-            continue
+            if idle is not None:
+                idle()
     return None
 
 

@@ -44,8 +44,11 @@ def save_checkpoint(run_dir: str, version: int, state: dict[str, Any], keep: int
             os.fsync(f.fileno())
         with open(path + ".sha256.tmp", "w") as f:
             f.write(hashlib.sha256(payload).hexdigest())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(path + ".sha256.tmp", path + ".sha256")
         os.replace(tmp, path)
+        _fsync_dir(folder)  # the renames themselves survive a power cut
     finally:
         for leftover in (tmp, path + ".sha256.tmp"):
             if os.path.exists(leftover):
@@ -55,6 +58,14 @@ def save_checkpoint(run_dir: str, version: int, state: dict[str, Any], keep: int
             if os.path.exists(f):
                 os.remove(f)
     return path
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _verified_payload(path: str) -> bytes | None:
@@ -68,14 +79,30 @@ def _verified_payload(path: str) -> bytes | None:
     return payload if hashlib.sha256(payload).hexdigest() == expected else None
 
 
-def load_latest_checkpoint(run_dir: str, map_location: Any = "cpu", warn=print) -> tuple[str, dict[str, Any]]:
-    """The newest checkpoint whose checksum matches; corrupt ones are reported and skipped."""
+def _set_aside(path: str) -> str:
+    try:
+        os.replace(path, path + ".corrupt")
+    except OSError:
+        return ""
+    if os.path.exists(path + ".sha256"):
+        os.replace(path + ".sha256", path + ".corrupt.sha256")
+    return f", kept as {os.path.basename(path)}.corrupt"
+
+
+def load_latest_checkpoint(run_dir: str, map_location: Any = "cpu", warn=print,
+                           set_aside: bool = False) -> tuple[str, dict[str, Any]]:
+    """The newest checkpoint whose checksum matches; corrupt ones are reported and skipped.
+
+    With `set_aside` (a resuming run), corrupt ones are renamed to `*.corrupt`: otherwise one would keep
+    shadowing the resumed run's new, lower-numbered saves, and pruning would delete those instead.
+    """
     import torch
 
     for path in list_checkpoints(run_dir):
         payload = _verified_payload(path)
         if payload is None:
-            warn(f"checkpoint {path} is truncated or corrupt; falling back to an older one")
+            kept = _set_aside(path) if set_aside else ""
+            warn(f"checkpoint {path} is truncated or corrupt (checksum mismatch){kept}; falling back to an older one")
             continue
         return path, torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
     raise CheckpointError(f"no usable checkpoint in {checkpoint_dir(run_dir)}")

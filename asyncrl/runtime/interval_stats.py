@@ -14,6 +14,8 @@ class IntervalStats:
         self.last = time.monotonic()
         self.sums: dict[str, float] = {}
         self.lists: dict[str, list] = {}
+        live = getattr(channels, "live", None)  # heartbeat: every call below marks this process as making progress
+        self.beat = live[f"beat_{kind}"] if live is not None and f"beat_{kind}" in live else [0.0] * (ident + 1)
 
     def add(self, key: str, value: float) -> None:
         self.sums[key] = self.sums.get(key, 0) + value
@@ -24,6 +26,7 @@ class IntervalStats:
     def maybe_report(self, **extra: Any) -> None:
         """Send the interval's sums (plus `t_total`, the interval's length) if a second has passed."""
         now = time.monotonic()
+        self.beat[self.ident] = now
         if now - self.last < self.every_s:
             return
         report(self.channels, self.kind, self.ident, {**self.sums, **self.lists, **extra, "t_total": now - self.last})

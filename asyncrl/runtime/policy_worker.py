@@ -57,8 +57,11 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     reader = WeightsReader(model, weights)
     while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
         reader.refresh() or time.sleep(0.01)
+    # Distinct sampling noise per worker, per restart and per resumed run (forked workers share torch's default).
+    torch.manual_seed(hash((cfg.seed, index, int(channels.live["policy_epoch"][0]), reader.version)) % 2**63)
 
     obs, actions, logp, versions = traj["obs"], traj["actions"], traj["logp"], traj["versions"]
+    want, acted = channels.live["want"], channels.live["acted"]  # the action handshake (runtime/liveness.py)
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
     stats = IntervalStats(channels, "policy", index)
     for key in ("batches", "samples", "t_infer", "t_wait"):
@@ -74,6 +77,11 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         t1 = time.monotonic()
         reader.refresh()
         req = np.asarray(requests, dtype=np.int64)
+        current = want[req[:, 2]] == req[:, 3]
+        if not current.all():  # stale (from a dead rollout worker) or repeated (re-sent) requests
+            req = requests = req[current]
+            if not len(req):
+                continue
         workers, splits, slots, steps = req[:, 0], req[:, 1], req[:, 2], req[:, 3]
         batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
         flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
@@ -81,6 +89,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         actions[slots, steps] = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
         logp[slots, steps] = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
         versions[slots, steps] = reader.version
+        acted[slots] = steps
         for w, s in zip(workers.tolist(), splits.tolist()):
             channels.actions_ready[w].put(s)
         stats.add("t_wait", t1 - t0)

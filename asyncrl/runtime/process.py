@@ -7,10 +7,21 @@ import os
 import signal
 
 _PR_SET_PDEATHSIG = 1
+PARENT_PID: int | None = None  # set by the runner before it forks (see `mark_parent`)
+
+
+def mark_parent() -> None:
+    """Called in the runner before forking: lets a child tell whether the runner died before it was armed."""
+    global PARENT_PID
+    PARENT_PID = os.getpid()
 
 
 def init_child(title: str) -> None:
-    """Set the process title and make the process exit when the runner dies, even by SIGKILL."""
+    """Set the process title and make the process die with the runner, however the runner ends.
+
+    The death signal is SIGKILL, not a catchable one: a child stuck inside an env's C code or a blocking
+    call would never run a Python handler, and anonymous shared memory needs no cleanup anyway.
+    """
     try:
         import setproctitle
 
@@ -19,11 +30,12 @@ def init_child(title: str) -> None:
         pass
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # pragma: no cover - not Linux
         pass
     # Ctrl-C reaches the whole process group; only the runner reacts, and stops the others in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    if os.getppid() == 1:  # the runner died before the death signal was armed
+    parent = os.getppid()
+    if parent == 1 or (PARENT_PID is not None and parent != PARENT_PID):  # the runner died before we armed
         os._exit(0)

@@ -10,32 +10,29 @@ from __future__ import annotations
 import time
 
 from asyncrl.config import Config
-from asyncrl.envs.registry import make_vec_env
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.interval_stats import IntervalStats
+from asyncrl.runtime.liveness import NO_OWNER
 from asyncrl.runtime.process import init_child
+from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
     init_child(f"asyncrl-rollout-{worker}")
-    envs = [
-        make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads)
-        for _ in range(cfg.worker_splits)
-    ]
     obs, actions, rewards, dones = traj["obs"], traj["actions"], traj["rewards"], traj["dones"]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
     my_queue = channels.actions_ready[worker]
+    guard = RolloutGuard(worker, cfg, channels, obs, slots, steps)  # env errors, heartbeats, lost requests
+    owner, want, acted = guard.owner, guard.want, guard.acted
+    envs = guard.make_envs()
 
-    for split, env in enumerate(envs):
-        slot = get_or_stop(channels.free, channels)
+    for split in range(cfg.worker_splits):
+        slot = get_or_stop(channels.free, channels, idle=guard.heartbeat)
         if slot is None:
             return _close(envs)
-        slots[split] = slot
-        env.reset(seed=cfg.seed * 1_000_003 + (worker * cfg.worker_splits + split) * cfg.envs_per_split,
-                  obs_out=obs[slot, 0])
-        channels.requests.put((worker, split, slot, 0))
+        guard.begin(split, slot)
 
     stats = IntervalStats(channels, "rollout", worker)
     for key in ("env_steps", "t_env", "t_wait", "t_wait_slot"):
@@ -43,12 +40,19 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     stats.extend("episodes", [])
     while True:
         t0 = time.monotonic()
-        split = get_or_stop(my_queue, channels)
+        split = get_or_stop(my_queue, channels, idle=guard.idle)
         if split is None:
             break
         t1 = time.monotonic()
         slot, t = slots[split], steps[split]
-        finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t])
+        if acted[slot] != t:  # a stale or repeated wake-up: this step's actions are not written yet
+            continue
+        try:
+            finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t])
+        except Exception as exc:  # the env is reset and the split's trajectory starts over
+            guard.env_error(exc, "step")
+            guard.begin(split, slot)
+            continue
         t2 = time.monotonic()
         if finished:
             stats.extend("episodes", [(e.ret, e.length) for e in finished])
@@ -57,14 +61,18 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         stats.add("env_steps", cfg.envs_per_split)
         t += 1
         if t == cfg.rollout:
+            owner[slot] = NO_OWNER
             channels.full.put(slot)
             new_slot = _wait_for_free_slot(channels, stats)
             if new_slot is None:
                 break
+            owner[new_slot], acted[new_slot] = worker, NO_OWNER
             obs[new_slot, 0] = obs[slot, t]  # the bootstrap observation starts the next trajectory
             slot, t = new_slot, 0
             stats.add("t_wait_slot", time.monotonic() - t2)
+            guard.check_policy_restarts(skip=split)
         slots[split], steps[split] = slot, t
+        want[slot] = t
         channels.requests.put((worker, split, slot, t))
         stats.maybe_report()
     _close(envs)

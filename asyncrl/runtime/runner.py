@@ -16,8 +16,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import psutil
-
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
@@ -25,7 +23,16 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.process import mark_parent
+from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.shared import SharedWeights
+from asyncrl.runtime.supervisor import (
+    RunError,
+    Supervisor,
+    available_memory,
+    clean_checkpoint_temps,
+    clean_stale_shm,
+)
 from asyncrl.runtime.trajectories import allocate_trajectories, num_slots, trajectory_bytes
 
 SHUTDOWN_TIMEOUT_S = 8.0
@@ -36,8 +43,7 @@ def _child_main(module: str, function: str, *args) -> None:
     getattr(importlib.import_module(module), function)(*args)
 
 
-class RunError(RuntimeError):
-    """The run could not continue (a component died or failed); message is for the user."""
+__all__ = ["RunError", "Runner", "check_memory", "check_run_dir"]
 
 
 @dataclass
@@ -78,7 +84,7 @@ def check_run_dir(cfg: Config) -> None:
 
 def check_memory(cfg: Config, spec: EnvSpec) -> None:
     need = trajectory_bytes(cfg, spec)
-    available = psutil.virtual_memory().available
+    available = available_memory()  # free RAM, or less under a container's memory limit
     if need > 0.8 * available:
         raise ConfigError(f"the trajectory buffers need {need / 2**30:.1f} GiB but only {available / 2**30:.1f} "
                           f"GiB of RAM is free; lower --workers, --envs-per-worker, --rollout or --batch-size")
@@ -92,6 +98,7 @@ class Runner:
         self.stop_reason: str | None = None
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
+        self._spawn_args: dict[str, tuple] = {}
         self.metrics_records = 0
         self.monitor = RunMonitor(cfg, self.spec, out)
 
@@ -100,29 +107,56 @@ class Runner:
         cfg, spec = self.cfg, self.spec
         check_run_dir(cfg)
         check_memory(cfg, spec)
+        if cfg.resume:
+            check_resume(cfg, spec)  # another env or model shape: refused before anything starts
+        stale = clean_stale_shm()
+        if stale:
+            self.out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
+        clean_checkpoint_temps(cfg.run_dir)  # a save interrupted by a kill
         with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
             f.write(cfg.to_json())
-        self.traj = allocate_trajectories(cfg, spec)
-        self.weights = SharedWeights()
-        self.channels = Channels.create(cfg.workers, num_slots(cfg))
+        if not cfg.resume:
+            write_meta(cfg, spec)
+        try:
+            self.traj = allocate_trajectories(cfg, spec)
+            self.weights = SharedWeights()
+            self.channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+        except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
+            raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "
+                              f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
+                              ) from None
         self.channels.free.put_many(list(range(num_slots(cfg))))
+        self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
         self.metrics = MetricsWriter(cfg.run_dir)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self.t_start = time.time()
+        self.t_start = self.t_launch = time.time()
+        code, write_error = 1, ""
         try:
+            self.supervisor.start_repair()
             self._start_processes()
             self._wait_ready()
             self._loop()
             code = 0
         except RunError as exc:
             self.out(f"asyncrl: error: {exc}", file=sys.stderr)
-            code = 1
+        except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
+            write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
             self._shutdown()
+            self.supervisor.stop_repair()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.metrics.close()
+            try:
+                self.metrics.close()
+            except OSError:
+                pass
             os.close(self.weights.fd)
+        if write_error:  # reported after the shutdown, which may still have saved a checkpoint
+            self.out(f"asyncrl: error: {write_error} {self.supervisor.checkpoint_hint()}", file=sys.stderr)
+        elif code == 0 and self.supervisor.save_failed:
+            self.out(f"asyncrl: error: the final checkpoint was not saved ({self.supervisor.save_failed}). "
+                     f"{self.supervisor.checkpoint_hint()}", file=sys.stderr)
+            code = 1
         return code
 
     def _on_signal(self, signum, _frame) -> None:
@@ -131,8 +165,27 @@ class Runner:
     def _spawn(self, name: str, module: str, function: str, *args) -> None:
         ctx = mp.get_context("fork")
         proc = ctx.Process(target=_child_main, args=(module, function, *args), name=name, daemon=True)
+        self._spawn_args[name] = (module, function, *args)
+        self.supervisor.spawned(name)
+        mark_parent()
         proc.start()
         self.procs[name] = proc
+
+    def _respawn(self, name: str) -> None:
+        """Start a fresh process in a dead one's place (called by the supervisor)."""
+        self._spawn(name, *self._spawn_args[name])
+
+    def _run_state(self) -> dict:
+        """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
+        t = self.totals
+        return {"elapsed": time.time() - self.t_start, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
+                **self.supervisor.counters()}
+
+    def _restore(self, run: dict) -> None:
+        self.t_start -= float(run.get("elapsed", 0.0))
+        self.totals.episodes += int(run.get("episodes", 0))
+        self.totals.dropped_stale += int(run.get("dropped_stale", 0))
+        self.supervisor.restore(run)
 
     def _start_processes(self) -> None:
         cfg, spec, ch = self.cfg, self.spec, self.channels
@@ -155,6 +208,7 @@ class Runner:
             if kind == "ready":
                 self.totals.env_steps += payload["env_steps"]
                 self.totals.policy_version = payload["version"]
+                self._restore(payload.get("run") or {})
                 return
             self._handle(kind, payload)
         if self.stop_reason is None:
@@ -171,14 +225,14 @@ class Runner:
             self._drain_reports()
             if not first_frames and self.totals.env_steps > start_steps:
                 first_frames = True
-                self.out(f"first frames {time.time() - self.t_start:.1f} s after start", flush=True)
-            self._check_alive()
+                self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
+            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version))
             now = time.monotonic()
             if now - last_report >= cfg.report_interval:
                 self._report(now - last_report, self.totals.env_steps - interval_steps)
                 last_report, interval_steps = now, self.totals.env_steps
             if now - last_ckpt >= cfg.checkpoint_interval:
-                self.channels.learner_cmds.put(("save", self.totals.env_steps))
+                self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
                 last_ckpt = now
             frames = self.totals.env_steps * self.spec.frameskip
             if cfg.frames and frames >= cfg.frames:
@@ -194,17 +248,15 @@ class Runner:
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
     def _check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if not proc.is_alive():
-                raise RunError(f"{name} exited unexpectedly (exit code {proc.exitcode}); "
-                               f"the last checkpoint in {self.cfg.run_dir}/checkpoints is kept")
+        """Restart dead or hung workers; RunError if the run cannot go on (see runtime/supervisor.py)."""
+        self.supervisor.check()
 
     def _shutdown(self) -> None:
         ch = self.channels
         ch.request_stop()
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
-            ch.learner_cmds.put(("stop", self.totals.env_steps))
+            ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state()))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         for proc in self.procs.values():
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -251,6 +303,8 @@ class Runner:
             raise RunError(payload["message"])
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
+        elif kind in ("env_error", "saved", "save_failed"):
+            self.supervisor.handle(kind, payload)
 
     def _stage_fractions(self) -> dict[str, float | None]:
         """Share of wall time each process type spent in each stage during the interval (then reset)."""
@@ -293,6 +347,7 @@ class Runner:
         record["learning_rate"] = trained[-1]["learning_rate"] if trained else None
         record["nonfinite_updates"] = trained[-1]["nonfinite_updates"] if trained else 0
         record.update(self._stage_fractions())
+        record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []
         self.metrics.write(record, step=record["frames"])

@@ -1,0 +1,74 @@
+"""Shared state that lets the runner find dead or stuck processes and recover from them.
+
+One small anonymous shared block (inherited by every child, like the trajectory buffer):
+
+- `beat_learner[0]`, `beat_policy[i]`, `beat_rollout[w]`: `time.monotonic()` of the process's last loop
+  iteration (0 until its first). CLOCK_MONOTONIC is system-wide, so the runner can compare them to its own.
+- `slot_owner[slot]`: the rollout worker holding a trajectory slot, -1 when none does (free, full or with the
+  learner). The runner hands a dead worker's slots back to the free queue.
+- `want[slot]` / `acted[slot]`: the action handshake. A rollout worker sets `want[slot] = t` before asking
+  for step t's actions; a policy worker serves a request only while `want[slot]` still equals its t, and sets
+  `acted[slot] = t` once the actions are written; a rollout worker steps only when `acted[slot]` equals its
+  t. So a request that is repeated (re-sent after a policy worker died) or stale (from a dead rollout worker)
+  is answered at most harmlessly, and a stale wake-up is ignored.
+- `incarnation[w]`: bumped by the runner each time rollout worker w is restarted (new env seeds).
+- `policy_epoch[0]`: bumped each time a policy worker is restarted; rollout workers then re-send the requests
+  that were not answered, since the dead worker may have taken them off the queue.
+- `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations).
+- `last_words[w]`: why rollout worker w gave up (UTF-8, NUL-padded), written just before it exits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from asyncrl.runtime.shared import SharedArrays
+
+NO_OWNER = -1
+WORDS = 256
+
+
+def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    f64, i64 = np.dtype(np.float64), np.dtype(np.int64)
+    return {
+        "beat_learner": ((1,), f64),
+        "beat_policy": ((policy_workers,), f64),
+        "beat_rollout": ((workers,), f64),
+        "slot_owner": ((slots,), i64),
+        "want": ((slots,), i64),
+        "acted": ((slots,), i64),
+        "incarnation": ((workers,), i64),
+        "policy_epoch": ((1,), i64),
+        "env_errors": ((workers,), i64),
+        "last_words": ((workers, WORDS), np.dtype(np.uint8)),
+    }
+
+
+def allocate_liveness(workers: int, policy_workers: int, slots: int) -> SharedArrays:
+    live = SharedArrays(liveness_layout(workers, policy_workers, slots))
+    for name in ("slot_owner", "want", "acted"):
+        live[name][:] = NO_OWNER
+    return live
+
+
+def write_words(live: SharedArrays, worker: int, message: str) -> None:
+    data = message.encode()[: WORDS - 1]
+    row = live["last_words"][worker]
+    row[:] = 0
+    row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+def read_words(live: SharedArrays, worker: int) -> str:
+    """What rollout worker `worker` last wrote (then cleared), '' if nothing."""
+    row = live["last_words"][worker]
+    message = bytes(row).rstrip(b"\0").decode(errors="replace")
+    row[:] = 0
+    return message
+
+
+def release_slots(live: SharedArrays, worker: int) -> list[int]:
+    """Forget every slot rollout worker `worker` held (it is dead); return them, for the free queue."""
+    held = np.flatnonzero(live["slot_owner"] == worker)
+    for name in ("slot_owner", "want", "acted"):
+        live[name][held] = NO_OWNER
+    return held.tolist()

@@ -1,0 +1,286 @@
+"""Supervision, in the runner: what happens when a process dies, hangs, or the machine misbehaves.
+
+- A dead rollout worker (killed, crashed, or given up on its envs) is restarted with fresh envs; the slots
+  it held go back to the free queue (their partial trajectories are discarded) and its actions queue is
+  drained. A dead policy worker is restarted and the rollout workers re-send what it may have taken.
+- A process whose heartbeat (`asyncrl.runtime.liveness`) is older than `--hang-timeout` is named, killed
+  and handled as dead; one that never beat gets `STARTUP_GRACE_S`. The whole run also stops if neither env
+  steps nor policy versions move for `STALL_FACTOR` hang timeouts.
+- More than `MAX_RESTARTS` restarts of one process within `RESTART_WINDOW_S`, a dead or hung learner: the
+  run stops with one line naming the cause and the last checkpoint.
+- A thread repairs queue locks that a killed process left held (`asyncrl.runtime.queue_repair`).
+
+The runner never imports torch, and neither does this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from asyncrl.config import Config
+from asyncrl.runtime.channels import Channels, drain
+from asyncrl.runtime.checkpoint import checkpoint_dir, list_checkpoints
+from asyncrl.runtime.liveness import read_words, release_slots
+from asyncrl.runtime.queue_repair import QueueRepair, RepairThread
+from asyncrl.runtime.rollout_guard import ENV_ERROR_LIMIT, EXIT_ENV_ERRORS
+
+RESTART_WINDOW_S = 300.0
+MAX_RESTARTS = 5  # restarts of one process within the window; one more failure stops the run
+STARTUP_GRACE_S = 120.0  # a process that has not beaten yet (importing torch, loading ROMs) gets this long
+STALL_FACTOR = 2.0
+CHECK_EVERY_S = 0.25
+ENV_ERROR_PRINT_EVERY_S = 10.0
+
+
+class RunError(RuntimeError):
+    """The run could not continue (a component died or failed); message is for the user."""
+
+
+@dataclass
+class Member:
+    """One supervised process slot (its current process lives in the runner's `procs`)."""
+
+    name: str
+    kind: str  # learner, policy or rollout
+    index: int
+    started: float = 0.0
+    restarts: deque = field(default_factory=deque)
+    cause: str | None = None  # set when the supervisor kills it
+
+
+def parse_name(name: str) -> tuple[str, int]:
+    kind, _, index = name.partition("-")
+    return kind, int(index or 0)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped responding"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    if code == EXIT_ENV_ERRORS:
+        return "gave up on its envs"
+    if code == 0:
+        return "exited unexpectedly"
+    return f"crashed (exit code {code}; its traceback is above)"
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, channels: Channels, procs: dict[str, Any], respawn: Callable[[str], None],
+                 out: Callable[..., None] = print):
+        self.cfg, self.channels, self.procs, self.respawn, self.out = cfg, channels, procs, respawn, out
+        self.live = channels.live
+        self.members: dict[str, Member] = {}
+        self.worker_restarts = self.policy_restarts = self.env_errors_base = 0
+        self.save_failed: str | None = None
+        self._last_check = 0.0
+        self._progress: tuple[object, float] = (None, time.monotonic())
+        self._env_error_printed: dict[int, float] = {}
+        self._repair_lines: deque[str] = deque()
+        self._repair: RepairThread | None = None
+
+    # ----- lifecycle -----
+    def start_repair(self) -> None:
+        why = QueueRepair.supported()
+        if why:
+            self.out(f"asyncrl: note: {why}; a process killed inside a queue operation could stall the run")
+            return
+        self._repair = RepairThread(QueueRepair(self.channels.named_queues()), self._repair_lines.append)
+        self._repair.start()
+
+    def stop_repair(self) -> None:
+        if self._repair is not None:
+            self._repair.stop()
+            self._repair = None
+
+    def spawned(self, name: str) -> None:
+        """The runner (re)started process `name`: its startup grace begins now."""
+        member = self.members.get(name)
+        if member is None:
+            member = self.members[name] = Member(name, *parse_name(name))
+        member.started = time.monotonic()
+        self._beats(member.kind)[member.index] = 0.0
+
+    # ----- checks (runner loop) -----
+    def check(self, progress: object = None) -> None:
+        """Restart dead or hung workers; raise RunError when the run cannot go on."""
+        now = time.monotonic()
+        if now - self._last_check < CHECK_EVERY_S:
+            return
+        self._last_check = now
+        while self._repair_lines:
+            self.out(f"asyncrl: {self._repair_lines.popleft()}")
+        for name, proc in list(self.procs.items()):
+            if not proc.is_alive():
+                self._died(name, proc)
+        for name in list(self.procs):
+            self._check_heartbeat(name, now)
+        if progress is not None:
+            self._check_progress(progress, now)
+
+    def _beats(self, kind: str):
+        return self.live[f"beat_{kind}"]
+
+    def _check_heartbeat(self, name: str, now: float) -> None:
+        member, proc = self.members[name], self.procs[name]
+        beat = float(self._beats(member.kind)[member.index])
+        since, limit = (beat, self.cfg.hang_timeout) if beat else (
+            member.started, max(STARTUP_GRACE_S, self.cfg.hang_timeout))
+        if now - since <= limit or not proc.is_alive():
+            return
+        member.cause = f"made no progress for {now - since:.0f} s{'' if beat else ' after starting'}"
+        proc.kill()
+        proc.join(timeout=5)
+        self._died(name, proc)
+
+    def _check_progress(self, progress: object, now: float) -> None:
+        value, since = self._progress
+        if progress != value:
+            self._progress = (progress, now)
+            return
+        limit = STALL_FACTOR * self.cfg.hang_timeout
+        if now - since > limit:
+            raise RunError(f"no env steps and no learner updates for {now - since:.0f} s although every process "
+                           f"is alive; stopping. {self.checkpoint_hint()}")
+
+    def _died(self, name: str, proc: Any) -> None:
+        member = self.members[name]
+        proc.join(timeout=1)
+        cause = member.cause or describe_exit(proc.exitcode)
+        words = read_words(self.live, member.index) if member.kind == "rollout" else ""
+        if words:
+            cause += f" ({words})"
+        member.cause = None
+        if member.kind == "learner":
+            raise RunError(f"the learner {cause}; stopping. {self.checkpoint_hint()}")
+        now = time.monotonic()
+        member.restarts.append(now)
+        while now - member.restarts[0] > RESTART_WINDOW_S:
+            member.restarts.popleft()
+        if len(member.restarts) > MAX_RESTARTS:
+            raise RunError(f"{name} failed {len(member.restarts)} times in {RESTART_WINDOW_S / 60:.0f} min (last: "
+                           f"it {cause}); stopping. {self.checkpoint_hint()}")
+        if member.kind == "rollout":
+            slots = release_slots(self.live, member.index)
+            drain(self.channels.actions_ready[member.index])
+            if slots:
+                self.channels.free.put_many(slots)
+            self.live["incarnation"][member.index] += 1
+            self.worker_restarts += 1
+            what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded)"
+        else:
+            self.policy_restarts += 1
+            what = "restarted it (the rollout workers re-send what it had taken)"
+        self.respawn(name)
+        if member.kind == "policy":
+            self.live["policy_epoch"][0] += 1
+        self.out(f"asyncrl: {name} {cause}; {what} [{len(member.restarts)} of {MAX_RESTARTS} restarts allowed "
+                 f"in {RESTART_WINDOW_S / 60:.0f} min]", flush=True)
+
+    def checkpoint_hint(self) -> str:
+        found = list_checkpoints(self.cfg.run_dir)
+        if not found:
+            return "No checkpoint had been saved."
+        return (f"The last good checkpoint, {os.path.basename(found[0])}, is kept in "
+                f"{checkpoint_dir(self.cfg.run_dir)}; continue with --resume")
+
+    # ----- reports -----
+    def handle(self, kind: str, payload: dict) -> None:
+        """Reports about faults: env errors, a worker giving up, checkpoint saves."""
+        if kind == "env_error":
+            worker, now = int(payload.get("worker", -1)), time.monotonic()
+            if now - self._env_error_printed.get(worker, -1e9) >= ENV_ERROR_PRINT_EVERY_S:
+                self._env_error_printed[worker] = now
+                self.out(f"asyncrl: rollout-{worker}: env raised {payload['message']} in {payload['where']}; "
+                         f"reset it ({payload['count']} of {ENV_ERROR_LIMIT} errors before a restart)", flush=True)
+        elif kind == "saved":
+            self.save_failed = None
+        elif kind == "save_failed":
+            self.save_failed = payload["message"]
+            self.out(f"asyncrl: warning: {payload['message']}; training goes on, the previous checkpoints are kept",
+                     flush=True)
+
+    # ----- counters (metrics.jsonl, checkpoints) -----
+    def counters(self) -> dict[str, int]:
+        return {"worker_restarts": self.worker_restarts, "policy_restarts": self.policy_restarts,
+                "env_errors": self.env_errors_base + int(self.live["env_errors"].sum())}
+
+    def restore(self, run: dict) -> None:
+        """Continue the counters of a resumed run."""
+        self.worker_restarts += int(run.get("worker_restarts", 0))
+        self.policy_restarts += int(run.get("policy_restarts", 0))
+        self.env_errors_base += int(run.get("env_errors", 0))
+
+
+# ----- before a run -----
+_PYM = re.compile(r"pym-(\d+)-")
+
+
+def clean_stale_shm(shm: str = "/dev/shm") -> list[str]:
+    """Remove multiprocessing arena files that dead processes left in /dev/shm; return their names.
+
+    faster-fifo's queues live in multiprocessing arenas: a file named `pym-<pid>-*` is created in /dev/shm and
+    unlinked at once, so one survives only if its creator was killed in between. Ours are all anonymous.
+    """
+    removed = []
+    try:
+        names = os.listdir(shm)
+    except OSError:
+        return removed
+    for name in names:
+        match = _PYM.match(name)
+        path = os.path.join(shm, name)
+        try:
+            if not match or psutil.pid_exists(int(match.group(1))) or os.stat(path).st_uid != os.getuid():
+                continue
+            os.remove(path)
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+
+
+def clean_checkpoint_temps(run_dir: str) -> list[str]:
+    """Remove the temp files of a checkpoint save that a killed learner never finished; return their names."""
+    folder = checkpoint_dir(run_dir)
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".tmp")]
+    except OSError:
+        return []
+    for name in names:
+        try:
+            os.remove(os.path.join(folder, name))
+        except OSError:
+            continue
+    return names
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: free RAM, or less under a cgroup (container) memory limit."""
+    available = psutil.virtual_memory().available
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file) as f:
+                limit = f.read().strip()
+            with open(usage_file) as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:
+            available = min(available, max(0, int(limit) - usage))
+        break
+    return available

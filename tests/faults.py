@@ -1,0 +1,140 @@
+"""Planted faults for tests/test_reliability.py.
+
+Envs, loaded by name (`--env tests.faults:<callable>`, with the repository root on PYTHONPATH):
+- `make_flaky_env`: CartPole whose every instance raises once, at its `FLAKY_AT`-th step.
+- `make_broken_env`: CartPole that raises in every `reset`.
+- `make_hang_once_env`: CartPole; the first instance (in the whole run) to reach `HANG_AT` steps sleeps forever.
+  "First" is decided by creating a marker file in `$ASYNCRL_FAULT_DIR`, so a restarted worker does not hang.
+- `make_huge_obs_env`: observations bigger than this machine's free RAM (the space only claims the shape).
+
+Learner faults: `python -m tests.faults ARGS` runs `asyncrl-train ARGS` with `$ASYNCRL_FAULT` planted:
+- `learner_raise`: the learner's `train` raises after `LEARNER_FAULT_AFTER` updates.
+- `learner_hang`: the learner's `train` sleeps forever after `LEARNER_FAULT_AFTER` updates.
+- `learner_fsize:BYTES`: the learner process may not write files larger than BYTES (RLIMIT_FSIZE), so saving a
+  checkpoint fails in the kernel (EFBIG) as it would on a full disk.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+
+FLAKY_AT = 300
+HANG_AT = 200
+LEARNER_FAULT_AFTER = 20
+
+
+class RaiseOnce(gym.Wrapper):
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == FLAKY_AT:
+            raise RuntimeError("planted env fault")
+        return self.env.step(action)
+
+
+class RaiseInReset(gym.Wrapper):
+    def reset(self, **kwargs):
+        raise RuntimeError("planted reset fault")
+
+
+class HangOnce(gym.Wrapper):
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == HANG_AT and _claim("hang"):
+            time.sleep(3600)
+        return self.env.step(action)
+
+
+def _claim(name: str) -> bool:
+    """True for the first caller in the run (across processes and restarts), False for every later one."""
+    folder = os.environ.get("ASYNCRL_FAULT_DIR")
+    if not folder:
+        return False
+    try:
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class HugeObsEnv(gym.Env):
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        space = gym.spaces.Box(0, 255, (1,), np.uint8)
+        space._shape = (psutil.virtual_memory().available // 4,)  # claimed only: never allocated
+        self.observation_space = space
+
+
+def make_flaky_env() -> gym.Env:
+    return RaiseOnce(gym.make("CartPole-v1"))
+
+
+def make_broken_env() -> gym.Env:
+    return RaiseInReset(gym.make("CartPole-v1"))
+
+
+def make_hang_once_env() -> gym.Env:
+    return HangOnce(gym.make("CartPole-v1"))
+
+
+def make_huge_obs_env() -> gym.Env:
+    return HugeObsEnv()
+
+
+def _plant_learner_fault(kind: str) -> None:
+    from asyncrl.runtime import learner
+
+    original = learner.Learner.train
+    calls = [0]
+
+    def train(self, batch, frames):
+        calls[0] += 1
+        if calls[0] > LEARNER_FAULT_AFTER:
+            if kind == "learner_raise":
+                raise RuntimeError("planted learner fault")
+            time.sleep(3600)
+        return original(self, batch, frames)
+
+    learner.Learner.train = train
+
+
+def _plant_file_size_limit(limit: int) -> None:
+    from asyncrl.runtime import learner
+
+    original = learner.init_child
+
+    def init_child(title: str) -> None:
+        original(title)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    learner.init_child = init_child
+
+
+def main(argv: list[str]) -> int:
+    kind = os.environ.get("ASYNCRL_FAULT", "")
+    if kind.startswith("learner_fsize:"):
+        _plant_file_size_limit(int(kind.partition(":")[2]))
+    elif kind:
+        _plant_learner_fault(kind)  # the learner is forked from this process, so it inherits the patch
+    from asyncrl.cli.train import main as train_main
+
+    return train_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
