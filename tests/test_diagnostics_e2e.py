@@ -39,7 +39,8 @@ def train(train_dir, env: str, *args: str, seconds: float = 8) -> tuple[subproce
 
 
 def verdicts(records: list[dict]) -> Counter:
-    return Counter(r["bottleneck"] for r in records if r.get("bottleneck"))
+    """Verdicts in steady state: the first one (start-up, before the learner has a batch) is skipped."""
+    return Counter([r["bottleneck"] for r in records if r.get("bottleneck")][1:])
 
 
 def all_alerts(records: list[dict]) -> set[str]:
