@@ -21,32 +21,42 @@ def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 class ActorCritic(nn.Module):
+    """Frames share one Nature CNN between policy and value; vectors get separate policy and value MLPs
+    (as in most PPO baselines), so large unnormalised returns cannot swamp the policy's features."""
+
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
         super().__init__()
         self.discrete = spec.discrete
         image = len(spec.obs_shape) == 3
-        self.encoder: nn.Module = NatureCNN(*spec.obs_shape) if image else MLP(
-            int(np.prod(spec.obs_shape)), hidden_size)
+        if image:
+            self.encoder: nn.Module = NatureCNN(*spec.obs_shape)
+            self.value_encoder: nn.Module | None = None
+        else:
+            self.encoder = MLP(int(np.prod(spec.obs_shape)), hidden_size)
+            self.value_encoder = MLP(int(np.prod(spec.obs_shape)), hidden_size)
         width = self.encoder.out_features
         self.policy_head = _init_linear(nn.Linear(width, spec.num_actions), 0.01)
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.obs_normalizer = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
-        for module in self.encoder.modules():
-            if isinstance(module, nn.Linear | nn.Conv2d):
-                nn.init.orthogonal_(module.weight, math.sqrt(2))
-                nn.init.zeros_(module.bias)
+        for encoder in (self.encoder, self.value_encoder):
+            for module in encoder.modules() if encoder is not None else ():
+                if isinstance(module, nn.Linear | nn.Conv2d):
+                    nn.init.orthogonal_(module.weight, math.sqrt(2))
+                    nn.init.zeros_(module.bias)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
-        features = self._features(obs)
-        return self.policy_head(features), self.value_head(features).squeeze(-1)
+        obs = self._normalized(obs)
+        features = self.encoder(obs)
+        value_features = features if self.value_encoder is None else self.value_encoder(obs)
+        return self.policy_head(features), self.value_head(value_features).squeeze(-1)
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_normalizer is not None:
-            obs = self.obs_normalizer.normalize(obs.float()).float()
-        return self.encoder(obs)
+            return self.obs_normalizer.normalize(obs.float()).float()
+        return obs
 
     def distribution(self, policy_out: torch.Tensor) -> Distribution:
         if self.discrete:
@@ -60,7 +70,7 @@ class ActorCritic(nn.Module):
         The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max
         sampling for categorical heads, reparameterised noise for Gaussian ones.
         """
-        out = self.policy_head(self._features(obs))  # acting needs no value
+        out = self.policy_head(self.encoder(self._normalized(obs)))  # acting needs no value
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
             noise = torch.empty_like(logp_all).exponential_().log_()
