@@ -23,8 +23,9 @@ lint: install
 test: install lint
 	$(BIN)/python -m pytest -q
 
+# Continues the experiment when it already has a checkpoint.
 train: install
-	$(BIN)/asyncrl-train --env atari_pong $(ARGS)
+	$(BIN)/asyncrl-train --env atari_pong $$(test -d train_dir/atari_pong/checkpoints && echo --resume) $(ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
