@@ -72,7 +72,7 @@ def main() -> None:
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["frames", "return_mean", "return_min", "return_max", "wall_seconds_mean",
-                    *[f"return_{os.path.basename(r)}" for r in runs]])
+                    *[f"return_{r.strip('/').replace('/', '_')}" for r in runs]])
         for i, x in enumerate(grid):
             w.writerow([int(x), ret[:, i].mean(), ret[:, i].min(), ret[:, i].max(), wall[:, i].mean(), *ret[:, i]])
 
