@@ -389,3 +389,11 @@ def test_enjoy_rejects_a_checkpoint_of_another_model(tmp_path, capsys) -> None:
     assert enjoy.main([str(tmp_path), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "does not match the model" in err and err.count("\n") == 1
+
+
+def test_blocked_workers_mean_training_bound_when_the_learner_is_mid_update() -> None:
+    from asyncrl.diagnostics.bottleneck import classify
+
+    record = {"rollout_env_frac": 0.0, "rollout_wait_slot_frac": 0.96, "policy_infer_frac": 0.14,
+              "learner_wait_frac": None, "learner_train_frac": None}
+    assert classify(record).kind == "training"

@@ -91,6 +91,11 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
         rollout = "send no timings (blocked)" if env is None else f"step envs only {_pct(env)}"
         return Verdict("training", f"learner trains {_pct(train)} of the time and never waits for data; "
                                    f"rollout workers {rollout}{context}", REMEDIES["training"])
+    slot_wait = m.get("rollout_wait_slot_frac")
+    if learner_wait is None and slot_wait is not None and slot_wait >= LEARNER_SATURATED:
+        # An update longer than the interval sends no learner timings; workers blocked on free slots say enough.
+        return Verdict("training", f"rollout workers wait for free trajectory slots {_pct(slot_wait)} of the time "
+                                   f"while the learner is mid-update{context}", REMEDIES["training"])
     if env is None or infer is None:
         return None
     waits = "" if learner_wait is None else f"; learner waits {_pct(learner_wait)}"
