@@ -179,12 +179,14 @@ class Runner:
         """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
         t = self.totals
         return {"elapsed": time.time() - self.t_start, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
-                **self.supervisor.counters()}
+                "returns": list(t.returns), "lengths": list(t.lengths), **self.supervisor.counters()}
 
     def _restore(self, run: dict) -> None:
         self.t_start -= float(run.get("elapsed", 0.0))
         self.totals.episodes += int(run.get("episodes", 0))
         self.totals.dropped_stale += int(run.get("dropped_stale", 0))
+        self.totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
+        self.totals.lengths.extend(run.get("lengths", []))
         self.supervisor.restore(run)
 
     def _start_processes(self) -> None:
