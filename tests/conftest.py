@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from asyncrl.diagnostics.metrics import read_metrics as read_run_metrics
 
 SHM = Path("/dev/shm")
 
@@ -84,16 +85,7 @@ def start_train(args: list[str], train_dir: Path, experiment: str = "run") -> Tr
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """metrics.jsonl records, skipping a last line that is still being written."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    return read_run_metrics(str(run_dir))
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, proc: subprocess.Popen[bytes] | None = None,

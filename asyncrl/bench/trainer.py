@@ -8,7 +8,6 @@ would, and deletes its temporary train dir.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from typing import Any
 
 from asyncrl.bench.settings import BenchSettings
 from asyncrl.bench.windows import make_record, median_of, most_common
+from asyncrl.diagnostics.metrics import read_metrics
 
 STARTUP_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 60.0
@@ -31,19 +31,6 @@ EXTRA_STAGE_KEYS = ("inference_batch_mean", "cpu_system", "cpu_run")  # besides 
 
 class TrainerFailed(RuntimeError):
     """asyncrl-train exited before the measurement was complete."""
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl records, ignoring a last line still being written."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return records
 
 
 def measured_windows(records: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]] | None:
@@ -134,7 +121,7 @@ def _wait_for_windows(proc: subprocess.Popen, s: BenchSettings, metrics: Path, l
                       started: float) -> list[dict[str, Any]]:
     deadline = started + STARTUP_TIMEOUT_S + s.window_s * (s.repeats + 2)
     while time.monotonic() < deadline:
-        windows = measured_windows(read_records(metrics), s.repeats)
+        windows = measured_windows(read_metrics(str(metrics.parent)), s.repeats)
         if windows is not None:
             return windows
         if proc.poll() is not None:
