@@ -52,11 +52,14 @@ class Config:
     env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
     # --- learning ---
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
-    epochs: int = field(default=1, metadata={"help": "passes over each batch"})
+    epochs: int = field(default=3, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
-    lr_schedule: str = field(default="constant", metadata={
-        "help": "constant, linear (decays to 0 at --frames) or auto (linear when --frames is set)"})
+    lr_schedule: str = field(default="kl", metadata={
+        "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
+                "or auto (linear when --frames is set)"})
+    kl_target: float = field(default=0.01, metadata={
+        "help": "mean KL from the behaviour policy to the current one that the kl schedule aims at"})
     adam_eps: float = field(default=1e-5, metadata={"help": "Adam epsilon"})
     gamma: float = field(default=0.99, metadata={"help": "discount factor"})
     clip_ratio: float = field(default=0.1, metadata={"help": "PPO clip epsilon"})
@@ -76,9 +79,15 @@ class Config:
     train_dir: str = field(default="train_dir", metadata={"help": "where experiments are written"})
     experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    precision: str = field(default="auto", metadata={
+        "help": "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16"})
     seed: int = field(default=0, metadata={"help": "random seed"})
     resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
     learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
+    policy_nice: int = field(default=5, metadata={
+        "help": "niceness added to policy workers: the learner gets contended cores first (0: off)"})
+    rollout_nice: int = field(default=10, metadata={
+        "help": "niceness added to rollout workers: the learner, then the policy workers, go first (0: off)"})
     report_interval: float = field(default=5.0, metadata={"help": "seconds between progress reports"})
     checkpoint_interval: float = field(default=300.0, metadata={"help": "seconds between checkpoints"})
     hang_timeout: float = field(default=30.0, metadata={
@@ -123,9 +132,13 @@ class Config:
         for name in ("frames", "seconds", "learner_threads", "max_policy_lag"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
-        for name in ("lr", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm", "hang_timeout"):
+        for name in ("lr", "kl_target", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm",
+                     "hang_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive (got {getattr(self, name)})")
+        for name in ("policy_nice", "rollout_nice"):
+            if not 0 <= getattr(self, name) <= 19:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in 0..19 (got {getattr(self, name)})")
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"--gamma must be in [0, 1] (got {self.gamma})")
         if self.rollout < 2:
@@ -146,8 +159,10 @@ class Config:
                 f"of a batch")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
-        if self.lr_schedule not in ("constant", "linear"):
-            raise ConfigError(f"--lr-schedule must be constant or linear (got {self.lr_schedule!r})")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"--precision must be auto, fp32 or bf16 (got {self.precision!r})")
+        if self.lr_schedule not in ("kl", "constant", "linear"):
+            raise ConfigError(f"--lr-schedule must be kl, constant, linear or auto (got {self.lr_schedule!r})")
         if self.lr_schedule == "linear" and not self.frames:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
 

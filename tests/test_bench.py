@@ -76,7 +76,8 @@ def test_plan_and_helpers() -> None:
     quick = plan(["atari_pong"], True, BenchSettings())
     assert [(s.settings.env, s.settings.mode) for s in quick] == [
         ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "naive"),
-        ("null", "null")]
+        ("null", "null"), ("null", "null")]
+    assert [s.settings.envs_per_worker for s in quick[-2:]] == [16, 64]
     assert all(s.settings.repeats >= 3 for s in quick)
     full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
     assert [s.settings.workers for s in full if s.scaling] == [1, 2]

@@ -50,3 +50,35 @@ def test_nature_cnn_shapes() -> None:
     out, value = model(torch.zeros(5, 4, 84, 84, dtype=torch.uint8))
     assert out.shape == (5, 6) and value.shape == (5,)
     assert flat_numel(model) > 1_000_000  # 3 conv layers + 512-unit layer
+
+
+def test_precision_auto_uses_bf16_only_for_the_cnn_on_a_native_bf16_cpu() -> None:
+    from asyncrl.runtime.devices import cpu_has_native_bf16, resolve_precision
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_precision("fp32", cpu, True) is None
+    assert resolve_precision("bf16", cpu, False) is torch.bfloat16
+    assert resolve_precision("auto", cpu, False) is None  # MLPs: bf16 would only add casts
+    assert resolve_precision("auto", cuda, True) is None
+    expected = torch.bfloat16 if cpu_has_native_bf16() else None
+    assert resolve_precision("auto", cpu, True) is expected
+
+
+def test_bf16_encoder_matches_float32_and_keeps_float32_outputs_and_gradients() -> None:
+    torch.manual_seed(0)
+    spec = _spec(gym.spaces.Discrete(6), (4, 84, 84))
+    model = build_model(spec)
+    with torch.no_grad():
+        model.policy_head.weight.mul_(100)  # logits of order 1, so the comparison means something
+    obs = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    logits32, values32 = model(obs)
+    model.compute_dtype = torch.bfloat16
+    logits16, values16 = model(obs)
+    assert logits16.dtype == values16.dtype == torch.float32
+    assert torch.allclose(logits16, logits32, atol=0.05, rtol=0.05)
+    assert torch.allclose(values16, values32, atol=0.05, rtol=0.05)
+    (logits16.logsumexp(-1).mean() + values16.square().mean()).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+    actions, logp = model.act(obs)
+    assert logp.dtype == torch.float32 and actions.shape == (16,)

@@ -266,6 +266,10 @@ BASE = {"workers": 4, "envs_per_worker": 4, "worker_splits": 2, "rollout": 32, "
     ({"batch_size": 192, "minibatches": 2}, "--minibatches 2 must divide the 3 trajectories"),
     ({"device": "tpu"}, "--device must be auto, cpu or cuda"),
     ({"lr_schedule": "linear"}, "needs --frames"),
+    ({"lr_schedule": "cosine"}, "--lr-schedule must be kl, constant, linear or auto"),
+    ({"kl_target": 0.0}, "--kl-target must be positive"),
+    ({"rollout_nice": 20}, "--rollout-nice must be in 0..19"),
+    ({"policy_nice": -1}, "--policy-nice must be in 0..19"),
 ])
 def test_validate_rejects_impossible_settings(overrides: dict, expected: str) -> None:
     cfg = Config(**{**BASE, **overrides})

@@ -78,6 +78,7 @@ class NaivePPO:
         import torch
 
         from asyncrl.models.actor_critic import build_model
+        from asyncrl.runtime.devices import resolve_precision
 
         self.torch, self.envs, self.spec, self.s = torch, envs, spec, s
         self.cfg = Config(env=s.env, batch_size=s.batch_size, minibatches=s.minibatches, epochs=s.epochs)
@@ -90,6 +91,10 @@ class NaivePPO:
             raise ValueError(f"--minibatches {s.minibatches} must divide --batch-size {s.batch_size}")
         torch.manual_seed(seed)
         self.model = build_model(spec, s.hidden_size)
+        image = len(spec.obs_shape) == 3  # the same numerics as asyncrl: NHWC convolutions, bf16 where it pays
+        if image:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.compute_dtype = resolve_precision("auto", torch.device("cpu"), image)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, eps=self.cfg.adam_eps)
         self.clip_rewards = spec.frameskip > 1  # Atari: train on the sign of the reward
         dtype = torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32

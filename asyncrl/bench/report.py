@@ -66,12 +66,11 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> str
              f"torch {machine.get('torch', '?')}, device {machine.get('device', '?')}; load average before the "
              f"run {', '.join(str(x) for x in load) or '?'}" + (" -- MEASURED UNDER LOAD" if busy else ""),
              "", *throughput_table(records), "", NOTES, "", *ratio_table(ratios), ""]
-    null = next((r for r in records if r["mode"] == "null" and r.get("sps")), None)
-    if null:
+    for null in (r for r in records if r["mode"] == "null" and r.get("sps")):
         cpu = null.get("cpu_us_per_step")
-        lines += [f"Framework overhead (null env, MLP {null['hidden_size']}): {null['us_per_step_per_core']:.1f} us "
-                  f"per agent step per core (cores x 1e6 / {null['sps']:,.0f} agent steps/s)"
-                  + (f"; {cpu:.1f} us of CPU actually used per agent step." if cpu else "."), ""]
+        lines += [f"Framework overhead (null env, MLP {null['hidden_size']}, {layout(null)} envs): "
+                  f"{null['us_per_step_per_core']:.1f} us per agent step per core (cores x 1e6 / {null['sps']:,.0f} "
+                  f"agent steps/s)" + (f"; {cpu:.1f} us of CPU actually used per agent step." if cpu else "."), ""]
     if any(r.get("scaling") for r in records):
         scaling_env = next(r["env"] for r in records if r.get("scaling"))
         lines += [*scaling_table(records, scaling_env), ""]

@@ -21,6 +21,7 @@ REF_WORKERS = 4
 REF_ENVS_PER_WORKER = 16
 REF_ROLLOUT = 32
 REF_BATCH = 1024
+NULL_WIDE_ENVS_PER_WORKER = 64  # the null env's second layout: 32 envs per request amortise per-message costs
 NAIVE_ENVS = 8  # AsyncVectorEnv processes for the naive loop (rollout = batch / envs)
 
 
@@ -35,7 +36,7 @@ class BenchSettings:
     worker_splits: int = 2
     rollout: int = REF_ROLLOUT
     batch_size: int = REF_BATCH
-    minibatches: int = 1
+    minibatches: int = 4  # asyncrl's default: 4 optimizer steps of 256 samples per 1024-sample batch
     epochs: int = 1
     hidden_size: int = 64
     seconds: float = 15.0

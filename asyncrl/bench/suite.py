@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.bench.machine import load_average, usable_cpus
-from asyncrl.bench.settings import NAIVE_ENVS, BenchSettings
+from asyncrl.bench.settings import NAIVE_ENVS, NULL_WIDE_ENVS_PER_WORKER, BenchSettings
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
@@ -43,7 +43,8 @@ def scaling_points(cpus: int) -> list[int]:
 
 def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = None,
          overrides: dict[str, Any] | None = None) -> list[Step]:
-    """env_only, sampler, train and naive per env, then null; the full suite adds sampler scaling on envs[0].
+    """env_only, sampler, train and naive per env, then null at the reference layout and with 32 envs per
+    request; the full suite adds sampler scaling on envs[0].
 
     `overrides` (seconds, repeats) replace the suite's own timing for every step.
     """
@@ -55,6 +56,8 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
                 changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
             steps.append(Step(base.for_mode(mode, **changes)))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
+    steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, **timing("null", quick),
+                                    **(overrides or {}))))
     if not quick:
         for w in scaling_points(cpus or usable_cpus()):
             if w != base.workers:  # the reference sampler row is that point

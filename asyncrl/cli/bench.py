@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"envs per worker, in 2 splits (default {REF_ENVS_PER_WORKER})")
     p.add_argument("--rollout", type=int, default=REF_ROLLOUT, help=f"trajectory length (default {REF_ROLLOUT})")
     p.add_argument("--batch-size", type=int, default=REF_BATCH, help=f"samples per update (default {REF_BATCH})")
-    p.add_argument("--minibatches", type=int, default=1, help="optimizer steps per epoch (default 1)")
+    p.add_argument("--minibatches", type=int, default=BenchSettings.minibatches,
+                   help=f"optimizer steps per epoch (default {BenchSettings.minibatches}, as asyncrl-train)")
     p.add_argument("--epochs", type=int, default=1, help="passes over each batch (default 1)")
     p.add_argument("--hidden-size", type=int, default=64, help="MLP width for vector observations (default 64)")
     p.add_argument("--seconds", type=float, default=None,

@@ -40,6 +40,7 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.obs_normalizer = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
+        self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
         for encoder in (self.encoder, self.value_encoder):
             for module in encoder.modules() if encoder is not None else ():
                 if isinstance(module, nn.Linear | nn.Conv2d):
@@ -49,9 +50,16 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
         obs = self._normalized(obs)
-        features = self.encoder(obs)
-        value_features = features if self.value_encoder is None else self.value_encoder(obs)
+        features = self._encode(self.encoder, obs)
+        value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+
+    def _encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """The encoder under autocast when a compute dtype is set; the heads always see float32 features."""
+        if self.compute_dtype is None:
+            return encoder(obs)
+        with torch.autocast(obs.device.type, dtype=self.compute_dtype):
+            return encoder(obs).float()
 
     def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_normalizer is not None:
@@ -70,7 +78,7 @@ class ActorCritic(nn.Module):
         The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max
         sampling for categorical heads, reparameterised noise for Gaussian ones.
         """
-        out = self.policy_head(self.encoder(self._normalized(obs)))  # acting needs no value
+        out = self.policy_head(self._encode(self.encoder, self._normalized(obs)))  # acting needs no value
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
             noise = torch.empty_like(logp_all).exponential_().log_()

@@ -25,7 +25,9 @@ class NatureCNN(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
             obs = obs.contiguous(memory_format=torch.channels_last)  # convert the uint8 frames: 4x less to copy
-        return self.fc(self.conv(obs.float() * (1.0 / 255.0)))
+        device = obs.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
+        return self.fc(self.conv(obs.to(dtype) * (1.0 / 255.0)))  # under autocast: straight to bf16
 
 
 class MLP(nn.Module):

@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from asyncrl.algo.appo import APPOHyperparams, appo_loss
+from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import build_model, flat_state
 from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
-from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.devices import resolve_device, resolve_precision
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
 
@@ -71,6 +72,7 @@ class Learner:
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+        self.model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
         if len(spec.obs_shape) == 3:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
@@ -80,13 +82,16 @@ class Learner:
             normalize_advantages=cfg.normalize_advantages,
         )
         self.version = 0
+        self.lr = cfg.lr  # the kl schedule's current rate
         self.samples_trained = 0
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # consecutive skipped steps; NONFINITE_LIMIT of them stop the run
 
     def learning_rate(self, frames: int) -> float:
         if self.cfg.lr_schedule == "linear" and self.cfg.frames:
-            return self.cfg.lr * max(0.0, 1.0 - frames / self.cfg.frames)
+            return linear_lr(self.cfg.lr, frames, self.cfg.frames)
+        if self.cfg.lr_schedule == "kl":
+            return self.lr
         return self.cfg.lr
 
     def train(self, batch: Batch, frames: int) -> dict[str, float]:
@@ -115,6 +120,9 @@ class Learner:
                 steps += 1
         self.version += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
+        if cfg.lr_schedule == "kl" and "kl" in out:
+            low, high = KL_RANGE
+            self.lr = kl_adaptive_lr(lr, out["kl"], cfg.kl_target, cfg.lr * low, cfg.lr * high)
         trained = int(mask.sum().item())
         self.samples_trained += trained
         kept_lag = batch.lag[mask.bool()]
@@ -158,7 +166,7 @@ class Learner:
     def state_dict(self) -> dict:
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "version": self.version, "samples_trained": self.samples_trained,
+            "version": self.version, "samples_trained": self.samples_trained, "lr": self.lr,
             "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
             "python_rng": random.getstate(),
         }
@@ -168,6 +176,7 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.samples_trained = int(state.get("samples_trained", 0))
+        self.lr = float(state.get("lr", self.cfg.lr))
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
             np.random.set_state(state["numpy_rng"])

@@ -16,7 +16,7 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import build_model, flat_state
 from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.devices import resolve_device, resolve_precision
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
@@ -50,10 +50,11 @@ class WeightsReader:
 
 def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
                       channels: Channels) -> None:
-    init_child(f"asyncrl-policy-{index}")
+    init_child(f"asyncrl-policy-{index}", cfg.policy_nice)
     torch.set_num_threads(1)
     device = resolve_device(cfg.device)
     model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device).eval()
+    model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
     reader = WeightsReader(model, weights)
     while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
         reader.refresh() or time.sleep(0.01)

@@ -16,8 +16,10 @@ def mark_parent() -> None:
     PARENT_PID = os.getpid()
 
 
-def init_child(title: str) -> None:
+def init_child(title: str, nice: int = 0) -> None:
     """Set the process title and make the process die with the runner, however the runner ends.
+
+    `nice` lowers this process's CPU priority (samplers yield the cores to the learner when both want them).
 
     The death signal is SIGKILL, not a catchable one: a child stuck inside an env's C code or a blocking
     call would never run a Python handler, and anonymous shared memory needs no cleanup anyway.
@@ -34,6 +36,8 @@ def init_child(title: str) -> None:
     except OSError:  # pragma: no cover - not Linux
         pass
     # Ctrl-C reaches the whole process group; only the runner reacts, and stops the others in order.
+    if nice > 0:
+        os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     parent = os.getppid()

@@ -19,7 +19,7 @@ from asyncrl.runtime.shared import SharedArrays
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
-    init_child(f"asyncrl-rollout-{worker}")
+    init_child(f"asyncrl-rollout-{worker}", cfg.rollout_nice)
     obs, actions, rewards, dones = traj["obs"], traj["actions"], traj["rewards"], traj["dones"]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
