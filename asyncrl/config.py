@@ -55,7 +55,7 @@ class Config:
     epochs: int = field(default=3, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
-    lr_schedule: str = field(default="kl", metadata={
+    lr_schedule: str = field(default="constant", metadata={
         "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
                 "or auto (linear when --frames is set)"})
     kl_target: float = field(default=0.01, metadata={
@@ -67,7 +67,8 @@ class Config:
     entropy_coeff: float = field(default=0.01, metadata={"help": "entropy bonus weight"})
     max_grad_norm: float = field(default=0.5, metadata={"help": "gradient norm clip"})
     vtrace_rho: float = field(default=1.0, metadata={"help": "V-trace rho-bar (importance weight clip)"})
-    vtrace_c: float = field(default=1.0, metadata={"help": "V-trace c-bar (trace cutting)"})
+    vtrace_c: float = field(default=0.95, metadata={
+        "help": "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)"})
     normalize_advantages: bool = field(default=True, metadata={"help": "normalise advantages per minibatch"})
     normalize_obs: bool = field(default=False, metadata={"help": "running mean/std observation normalisation"})
     max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})

@@ -68,6 +68,8 @@ def test_cartpole_learns(tmp_path: Path, reap: list[TrainRun]) -> None:
           f"({wall:.1f} s wall from launch)")
     assert code == 0, run.stderr()
     assert wall < CARTPOLE_BUDGET_S + 10
+    last20 = [r["episode_return_mean_20"] for r in records if r.get("episode_return_mean_20") is not None]
+    assert last20 and 0 < last20[-1] <= 500  # the 20-game window is reported next to the 100-game one
 
 
 def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: list[TrainRun]) -> None:

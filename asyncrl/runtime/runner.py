@@ -337,6 +337,7 @@ class Runner:
             "sps": steps / dt,
             "episodes": t.episodes,
             "episode_return_mean": sum(t.returns) / len(t.returns) if t.returns else None,
+            "episode_return_mean_20": _mean_last(t.returns, 20),
             "episode_len_mean": sum(t.lengths) / len(t.lengths) if t.lengths else None,
             "policy_version": t.policy_version,
             "dropped_stale": t.dropped_stale,
@@ -362,3 +363,11 @@ class Runner:
             f"dropped {t.dropped_stale}", flush=True,
         )
         self.monitor.flush()
+
+
+def _mean_last(values: deque, n: int) -> float | None:
+    """Mean of the newest `n` values (fewer while fewer exist); None when empty."""
+    if not values:
+        return None
+    last = list(values)[-n:]
+    return sum(last) / len(last)
