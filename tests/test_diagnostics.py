@@ -258,7 +258,8 @@ def test_monitor_adds_fields_and_prints_each_alert_once() -> None:
     from asyncrl.envs.null_env import NULL_SPEC
 
     lines: list[str] = []
-    monitor = RunMonitor(Config(env="null", device="cpu"), NULL_SPEC, out=lambda s, **_: lines.append(s))
+    cfg = Config(env="null", device="cpu", epochs=1, minibatches=4)
+    monitor = RunMonitor(cfg, NULL_SPEC, out=lambda s, **_: lines.append(s))
     channels = FakeChannels()
     learner = [{"t_wait": 0.1, "t_copy": 0.0, "t_train": 0.9, "t_forward": 0.1, "t_backward": 0.05,
                 "t_optim": 0.01, "grad_norm": 7.0}]
@@ -270,7 +271,7 @@ def test_monitor_adds_fields_and_prints_each_alert_once() -> None:
         monitor.flush()
     assert extra["queue_requests"] == 3.0 and extra["bottleneck"] == "env"
     assert extra["alerts"] == ["kl_high"] and extra["grad_norm_max"] == 7.0
-    assert extra["learner_forward_frac"] == pytest.approx(0.1 * 4)  # default 1 epoch x 4 minibatches
+    assert extra["learner_forward_frac"] == pytest.approx(0.1 * 4)  # per-step times x 1 epoch x 4 minibatches
     assert set(extra["procs"]) == {"runner", "learner"} and extra["rss_mb_total"] > 0
     assert sum("warning [kl_high]" in line for line in lines) == 1
     assert sum("bottleneck: environment-bound" in line for line in lines) == 3

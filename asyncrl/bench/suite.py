@@ -56,8 +56,8 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
                 changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
             steps.append(Step(base.for_mode(mode, **changes)))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
-    steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, **timing("null", quick),
-                                    **(overrides or {}))))
+    steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
+                                    **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
     if not quick:
         for w in scaling_points(cpus or usable_cpus()):
             if w != base.workers:  # the reference sampler row is that point
