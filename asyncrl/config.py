@@ -162,7 +162,7 @@ class Config:
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(f"--precision must be auto, fp32 or bf16 (got {self.precision!r})")
-        if self.lr_schedule not in ("kl", "constant", "linear"):
+        if self.lr_schedule not in ("kl", "constant", "linear", "auto"):
             raise ConfigError(f"--lr-schedule must be kl, constant, linear or auto (got {self.lr_schedule!r})")
         if self.lr_schedule == "linear" and not self.frames:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
