@@ -251,7 +251,10 @@ def test_runner_sigkill_then_resume_past_a_corrupt_checkpoint(runs: Callable[...
     assert second.wait(30) == 0, second.output()[-3000:]
     out = second.stdout()
     assert f"checkpoint {newest} is truncated or corrupt" in out and f"resumed from {previous}" in out, out[-3000:]
-    assert Path(newest + ".corrupt").exists() and newest not in list_checkpoints(str(first.run_dir))
+    assert Path(newest + ".corrupt").exists() and Path(newest + ".corrupt").stat().st_size == 1000
+    if newest in list_checkpoints(str(first.run_dir)):  # the resumed run saved that version again: a whole file
+        fresh = Path(newest).read_bytes()
+        assert hashlib.sha256(fresh).hexdigest() == Path(newest + ".sha256").read_text().strip()
     resumed = second.records()[n_first]
     run_state = state["run"]
     assert resumed["frames"] >= state["env_steps"] and resumed["policy_version"] > state["learner"]["version"]
