@@ -30,16 +30,30 @@ HANG_AT = 200
 LEARNER_FAULT_AFTER = 20
 
 
-class RaiseOnce(gym.Wrapper):
+class FaultAtStep(gym.Wrapper):
+    """Calls `fault()` at the wrapped env's `at`-th step."""
+
+    at = 0
+
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.steps = 0
 
     def step(self, action):
         self.steps += 1
-        if self.steps == FLAKY_AT:
-            raise RuntimeError("planted env fault")
+        if self.steps == self.at:
+            self.fault()
         return self.env.step(action)
+
+    def fault(self) -> None:
+        raise NotImplementedError
+
+
+class RaiseOnce(FaultAtStep):
+    at = FLAKY_AT
+
+    def fault(self) -> None:
+        raise RuntimeError("planted env fault")
 
 
 class RaiseInReset(gym.Wrapper):
@@ -47,16 +61,12 @@ class RaiseInReset(gym.Wrapper):
         raise RuntimeError("planted reset fault")
 
 
-class HangOnce(gym.Wrapper):
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.steps = 0
+class HangOnce(FaultAtStep):
+    at = HANG_AT
 
-    def step(self, action):
-        self.steps += 1
-        if self.steps == HANG_AT and _claim("hang"):
+    def fault(self) -> None:
+        if _claim("hang"):
             time.sleep(3600)
-        return self.env.step(action)
 
 
 def _claim(name: str) -> bool:
@@ -118,8 +128,8 @@ def _plant_file_size_limit(limit: int) -> None:
 
     original = learner.init_child
 
-    def init_child(title: str) -> None:
-        original(title)
+    def init_child(*args, **kwargs) -> None:
+        original(*args, **kwargs)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     learner.init_child = init_child

@@ -71,9 +71,10 @@ class Learner:
 
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
+        image = len(spec.obs_shape) == 3
         self.model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
-        self.model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
-        if len(spec.obs_shape) == 3:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
+        self.model.compute_dtype = resolve_precision(cfg.precision, device, image)
+        if image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.hp = APPOHyperparams(

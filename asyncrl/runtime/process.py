@@ -35,9 +35,9 @@ def init_child(title: str, nice: int = 0) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # pragma: no cover - not Linux
         pass
-    # Ctrl-C reaches the whole process group; only the runner reacts, and stops the others in order.
     if nice > 0:
         os.nice(nice)
+    # Ctrl-C reaches the whole process group; only the runner reacts, and stops the others in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     parent = os.getppid()

@@ -19,7 +19,7 @@ import numpy as np
 from asyncrl.config import Config
 from asyncrl.envs.base import VecEnv
 from asyncrl.envs.registry import make_vec_env
-from asyncrl.runtime.channels import Channels, Full
+from asyncrl.runtime.channels import Channels, report
 from asyncrl.runtime.liveness import NO_OWNER, write_words
 
 ENV_ERROR_LIMIT = 5  # env exceptions one worker process absorbs before it gives up (and is restarted)
@@ -76,18 +76,12 @@ class RolloutGuard:
         message = f"{type(exc).__name__}: {exc}"
         if self.errors > ENV_ERROR_LIMIT:
             self._give_up(f"{self.errors} env errors, the last in {where}: {message}")
-        self._report("env_error", {"message": message, "where": where, "count": self.errors})
+        report(self.channels, "env_error", self.worker,
+               {"message": message, "where": where, "count": self.errors, "worker": self.worker})
 
     def _give_up(self, message: str) -> NoReturn:
         write_words(self.channels.live, self.worker, message)  # the runner reads it when it sees us gone
         raise SystemExit(EXIT_ENV_ERRORS)
-
-    def _report(self, kind: str, payload: dict) -> None:
-        try:
-            self.channels.reports.put((kind, self.worker, time.time(), {**payload, "worker": self.worker}),
-                                      block=False)
-        except Full:
-            pass
 
     def idle(self) -> None:
         """Called while waiting for actions: heartbeat, and re-send requests a dead policy worker lost."""

@@ -202,7 +202,7 @@ class Runner:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and self.stop_reason is None:
-            self._check_alive()
+            self.supervisor.check()  # restarts dead workers; RunError if the run cannot go on
             try:
                 kind, _, _, payload = self.channels.reports.get(timeout=0.1)
             except Empty:
@@ -248,10 +248,6 @@ class Runner:
         if tail >= 1.0 or self.metrics_records == 0:
             self._report(max(tail, 1e-6), self.totals.env_steps - interval_steps)
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
-
-    def _check_alive(self) -> None:
-        """Restart dead or hung workers; RunError if the run cannot go on (see runtime/supervisor.py)."""
-        self.supervisor.check()
 
     def _shutdown(self) -> None:
         ch = self.channels
@@ -336,9 +332,9 @@ class Runner:
             "fps": steps * fs / dt,
             "sps": steps / dt,
             "episodes": t.episodes,
-            "episode_return_mean": sum(t.returns) / len(t.returns) if t.returns else None,
+            "episode_return_mean": _mean_last(t.returns),
             "episode_return_mean_20": _mean_last(t.returns, 20),
-            "episode_len_mean": sum(t.lengths) / len(t.lengths) if t.lengths else None,
+            "episode_len_mean": _mean_last(t.lengths),
             "policy_version": t.policy_version,
             "dropped_stale": t.dropped_stale,
             "learner_updates": len(t.learner),
@@ -365,9 +361,9 @@ class Runner:
         self.monitor.flush()
 
 
-def _mean_last(values: deque, n: int) -> float | None:
-    """Mean of the newest `n` values (fewer while fewer exist); None when empty."""
+def _mean_last(values: deque, n: int | None = None) -> float | None:
+    """Mean of the newest `n` values (all kept when None; fewer while fewer exist); None when empty."""
     if not values:
         return None
-    last = list(values)[-n:]
+    last = list(values)[-n:] if n else values
     return sum(last) / len(last)
