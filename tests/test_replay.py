@@ -10,6 +10,8 @@ import pytest
 
 from asyncrl.config import ConfigError
 from asyncrl.replay.buffer import ReplayBuffer, check_fits, memory_bytes
+from asyncrl.replay.prioritized import PrioritizedReplay
+from asyncrl.replay.sum_tree import SumTree
 
 FORK = mp.get_context("fork")
 
@@ -170,3 +172,95 @@ def test_bad_chunks_are_rejected() -> None:
         buf.insert(np.zeros((5, 2)), z, z, z > 0, trunc)
     with pytest.raises(ValueError, match="empty"):
         buf.sample_indices(1, np.random.default_rng(0))
+
+
+# --- sum-tree and prioritized replay ---------------------------------------------------------------------------
+
+
+
+def chi_square_critical(df: int, z: float = 3.09) -> float:
+    """Upper 0.1 % point of chi-square(df), Wilson-Hilferty approximation (z = 3.09)."""
+    return df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+def test_sum_tree_samples_in_proportion_to_priority() -> None:
+    rng = np.random.default_rng(0)
+    prios = rng.random(37) * 10
+    prios[[3, 20]] = 0.0
+    tree = SumTree(37)
+    tree.update(np.arange(37), prios)
+    counts = np.zeros(37)
+    for _ in range(50):
+        np.add.at(counts, tree.sample(4000, rng), 1)
+    assert counts[[3, 20]].sum() == 0
+    expected = prios / prios.sum() * counts.sum()
+    nz = expected > 0
+    chi2 = ((counts[nz] - expected[nz]) ** 2 / expected[nz]).sum()
+    assert chi2 < chi_square_critical(int(nz.sum()) - 1)
+    # the descent agrees exactly with a searchsorted over the cumulative sums
+    q = rng.random(10_000) * tree.total
+    np.testing.assert_array_equal(tree.find(q), np.searchsorted(np.cumsum(prios), q, side="right"))
+
+
+def test_sum_tree_updates_with_duplicates_keep_every_node_the_sum_of_its_children() -> None:
+    rng = np.random.default_rng(1)
+    tree = SumTree(100)
+    shadow = np.zeros(100)
+    for _ in range(200):
+        idx = rng.integers(0, 100, 64)  # plenty of duplicates
+        val = rng.random(64)
+        tree.update(idx, val)
+        for i, v in zip(idx, val):  # sequential reference: the last write wins
+            shadow[i] = v
+    np.testing.assert_array_equal(tree.get(np.arange(100)), shadow)
+    inner = np.arange(1, tree.leaves)
+    np.testing.assert_allclose(tree.tree[inner], tree.tree[2 * inner] + tree.tree[2 * inner + 1], rtol=1e-12)
+    assert tree.total == pytest.approx(shadow.sum(), rel=1e-12)
+    tree.update([5, 5], [3.0, 1.0])
+    assert tree.get([5])[0] == 1.0
+    with pytest.raises(ValueError):
+        tree.update([1], [-1.0])
+
+
+def per_with(n_chunks: int = 1) -> PrioritizedReplay:
+    buf = ReplayBuffer(capacity=8, obs_shape=(), obs_dtype=np.float32, segment_len=2)
+    per = PrioritizedReplay(buf, alpha=0.5, beta_start=0.4, beta_updates=10, eps=0.0)
+    for k in range(n_chunks):
+        obs = np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * k
+        per.insert(obs, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 2), bool), np.zeros((2, 2), bool))
+    return per
+
+
+def test_per_priorities_probabilities_and_importance_weights_by_hand() -> None:
+    per = per_with(2)  # 8 transitions, all at the initial max priority 1
+    assert per.tree.get(np.arange(8)).tolist() == [1.0] * 8
+    per.update_priorities(np.arange(8), np.array([-4.0, 1, 1, 1, 1, 1, 1, 9]))  # p^alpha: 2, 1, ..., 1, 3
+    assert per.max_priority == 9.0
+    rng = np.random.default_rng(0)
+    batch = per.sample(3000, rng)
+    freq = np.bincount(batch.indices, minlength=8) / 3000
+    np.testing.assert_allclose(freq, np.array([2, 1, 1, 1, 1, 1, 1, 3]) / 11, atol=0.01)
+    beta = 0.4 + 0.6 * 1 / 10  # one update of ten
+    # w_i = (N P_i)^-beta / max w: the smallest priority gets weight 1, the largest (1/3)^beta
+    w = dict(zip(batch.indices.tolist(), batch.weights.tolist()))
+    assert w[1] == pytest.approx(1.0) and w[0] == pytest.approx(0.5 ** beta) and w[7] == pytest.approx(3 ** -beta)
+    for _ in range(20):
+        per.update_priorities([0], [1.0])
+    assert per.beta == 1.0
+    obs = np.zeros((3, 2), np.float32)
+    per.insert(obs, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros((2, 2), bool), np.zeros((2, 2), bool))
+    assert per.tree.get([0, 1, 2, 3]).tolist() == [3.0] * 4  # new transitions: max priority 9 ** 0.5
+
+
+def test_per_never_samples_transitions_whose_final_obs_was_evicted() -> None:
+    src = ChunkSource(envs=2, time_limit=2)
+    buf = ReplayBuffer(capacity=32, obs_shape=(2,), obs_dtype=np.float32, action_shape=(1,), segment_len=4,
+                       final_obs_capacity=5)
+    per = PrioritizedReplay(buf)
+    for _ in range(6):
+        per.insert(**src.chunk(4))
+    lost = np.flatnonzero(~buf.sampleable.ravel())
+    assert len(lost) > 0
+    per.update_priorities(lost, np.full(len(lost), 100.0))
+    batch = per.sample(5000, np.random.default_rng(0))
+    assert buf.sampleable.ravel()[batch.indices].all()
