@@ -13,6 +13,7 @@ from asyncrl.config import ConfigError
 from asyncrl.replay.buffer import ReplayBuffer, check_fits, memory_bytes
 from asyncrl.replay.prioritized import PrioritizedReplay
 from asyncrl.replay.rate_limiter import RateLimiter
+from asyncrl.replay.sharded import ShardedReplay
 from asyncrl.replay.sum_tree import SumTree
 from asyncrl.runtime.shared import SharedArrays
 
@@ -332,3 +333,26 @@ def test_rate_limiter_holds_its_band_across_two_processes(slow: str) -> None:
     else:  # the learner was starved: it pressed against the lower edge
         assert report[1] <= rl.min_diff + 1
     assert rl.achieved_ratio == pytest.approx(2.0, abs=(rl.tolerance + 1) / 190)
+
+
+# --- sharding --------------------------------------------------------------------------------------------------
+
+
+def test_sharded_replay_fills_round_robin_and_samples_in_proportion_to_size() -> None:
+    src = ChunkSource(envs=2, time_limit=6)
+    shards = ShardedReplay([ReplayBuffer(64, (2,), np.float32, (1,), segment_len=4, final_obs_capacity=32)
+                            for _ in range(3)])
+    for k in range(4):  # shards 0, 1, 2, 0: shard 0 holds twice as much
+        result = shards.insert(**src.chunk(4))
+        assert (result.indices // 64 == k % 3).all()
+    assert [s.size for s in shards.shards] == [16, 8, 8] and shards.size == 32
+    rng = np.random.default_rng(0)
+    batch = shards.sample(4000, rng)
+    per_shard = np.bincount(batch.indices // 64, minlength=3) / 4000
+    np.testing.assert_allclose(per_shard, [0.5, 0.25, 0.25], atol=0.03)
+    by_obs = {obs_id: (next_id, term) for obs_id, next_id, term, _ in src.expected.values()}
+    for i in rng.choice(len(batch.indices), 200):  # each sampled transition is whole (insert_index is per shard)
+        next_id, term = by_obs[int(batch.obs[i, 0])]
+        assert batch.actions[i, 0] == 2 * batch.obs[i, 0] and (term or batch.next_obs[i, 0] == next_id)
+    again = shards.gather(batch.indices[:100])
+    np.testing.assert_array_equal(again.insert_index, batch.insert_index[:100])
