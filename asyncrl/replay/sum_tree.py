@@ -43,8 +43,8 @@ class SumTree:
         uniq, first_in_reversed = np.unique(indices[::-1], return_index=True)
         nodes = uniq + self.leaves
         self.tree[nodes] = priorities[::-1][first_in_reversed]
-        for _ in range(self.depth):
-            nodes = np.unique(nodes >> 1)
+        for _ in range(self.depth):  # repeated parents just write the same sum twice
+            nodes = nodes >> 1
             self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
