@@ -30,7 +30,9 @@ unsampleable (counted in `final_obs_evicted`), so short time limits need a large
 
 The ring overwrites the oldest segment (T transitions at a time). Insertion is a handful of vectorised
 copies per chunk; sampling gathers with fancy indexing. A single process writes (inserts); once the buffer
-lives in shared memory, other processes may read the arrays and `counters`.
+lives in shared memory, other processes may read the arrays and `counters`, but a reader sampling while an
+insert runs may read the oldest segments half overwritten: a cross-process replay needs a per-segment
+sequence number (a seqlock, as `SharedWeights` uses) or must sample only between inserts.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ corrected by importance weights `w_i = (N P(i))^-beta / max_batch w`, with beta 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from asyncrl.replay.buffer import InsertResult, ReplayBatch, ReplayBuffer
@@ -34,7 +36,7 @@ class PrioritizedReplay:
         frac = min(1.0, self.updates / max(self.beta_updates, 1))
         return self.beta_start + (1.0 - self.beta_start) * frac
 
-    def insert(self, *args, **kwargs) -> InsertResult:
+    def insert(self, *args: Any, **kwargs: Any) -> InsertResult:
         """`ReplayBuffer.insert`; the new transitions get the current maximum priority."""
         result = self.buffer.insert(*args, **kwargs)
         self.tree.update(result.indices, self.max_priority ** self.alpha)

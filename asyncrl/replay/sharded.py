@@ -10,6 +10,7 @@ derived from it) is per shard.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class ShardedReplay:
     def capacity(self) -> int:
         return self.shard_capacity * len(self.shards)
 
-    def insert(self, *args, **kwargs) -> InsertResult:
+    def insert(self, *args: Any, **kwargs: Any) -> InsertResult:
         """Insert a chunk into the next shard in turn; indices come back global."""
         shard = self._next
         self._next = (self._next + 1) % len(self.shards)
