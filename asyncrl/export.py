@@ -114,8 +114,8 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
                              "softmax the policy's probabilities"}
     else:
         box = spec.action_space
-        action = {"type": "box", "shape": list(spec.action_shape), "low": np.asarray(box.low).tolist(),
-                  "high": np.asarray(box.high).tolist()}
+        action = {"type": "box", "shape": list(spec.action_shape), "low": _finite_list(box.low),
+                  "high": _finite_list(box.high)}
         output = {"name": "action_mean", "shape": ["N", spec.num_actions],
                   "meaning": "means of the diagonal Gaussian policy (the greedy action, before clipping to the "
                              "action bounds); std = exp(log_std) from the weights file",
@@ -127,6 +127,11 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
                       " (stacked grayscale frames, channels first)" if image else "")},
         "preprocessing": pre, "action_space": action, "output": output, "files": exported,
     }
+
+
+def _finite_list(values: Any) -> list[float | None]:
+    """Bounds as strict JSON: an unbounded side (+-inf) becomes null."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
 def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:

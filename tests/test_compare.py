@@ -89,3 +89,15 @@ def test_bad_groups_are_one_line_errors_with_exit_2(tmp_path: Path, capsys, make
     assert code == 2
     assert stderr.startswith("asyncrl-compare: error: ") and stderr.count("\n") == 1
     assert str(bad) in stderr and stdout == ""
+
+
+def test_constant_groups_give_an_undefined_welch_p_as_null(tmp_path: Path, capsys) -> None:
+    a = write_group(tmp_path, "a", [7.0, 7.0, 7.0])
+    b = write_group(tmp_path / "other", "a", [7.0, 7.0])
+    code, stdout, _ = run_compare(capsys, str(a), str(b), "--out", str(tmp_path / "o"))
+    assert code == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["groups"][0]["iqm"] == 7.0 and summary["groups"][0]["iqm_ci"] == [7.0, 7.0]
+    assert summary["pairs"][0]["probability_of_improvement"] == 0.5
+    assert summary["pairs"][0]["welch_p"] is None  # no variance: scipy gives nan, strict JSON needs null
+    assert summary["pairs"][0]["mannwhitney_p"] == stats.mannwhitneyu([7.0] * 3, [7.0] * 2).pvalue

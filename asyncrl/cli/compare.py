@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             png = compare.plot_curves(groups, args.metric, os.path.join(args.out, "curves.png"))
             path = os.path.join(args.out, "summary.json")
             with open(path, "w") as f:
-                json.dump(summary, f, indent=2)
+                json.dump(summary, f, indent=2, allow_nan=False)
         except OSError as exc:
             print(f"asyncrl-compare: error: cannot write to {args.out} ({exc.strerror})", file=sys.stderr)
             return 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,13 +85,17 @@ def welch_p(x: np.ndarray, y: np.ndarray) -> float | None:
     """Two-sided Welch's t-test p-value; None where it is undefined (fewer than two runs, no variance)."""
     if len(x) < 2 or len(y) < 2:
         return None
-    p = float(stats.ttest_ind(x, y, equal_var=False).pvalue)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no variance: scipy warns and returns nan
+        p = float(stats.ttest_ind(x, y, equal_var=False).pvalue)
     return p if math.isfinite(p) else None
 
 
-def mannwhitney_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U test p-value."""
-    return float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+def mannwhitney_p(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Two-sided Mann-Whitney U test p-value; None where it is undefined (every score tied)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+    return p if math.isfinite(p) else None
 
 
 def load_run_curve(path: str, metric: str) -> Run | None:
@@ -199,8 +204,9 @@ def format_table(summary: dict[str, Any]) -> str:
         lines += ["", f"{'A':<{width}}  {'B':<{width}}  P(A>B)  Welch p  M-W U p"]
         for p in summary["pairs"]:
             welch = "-" if p["welch_p"] is None else f"{p['welch_p']:.3g}"
+            mw = "-" if p["mannwhitney_p"] is None else f"{p['mannwhitney_p']:.3g}"
             lines.append(f"{p['a']:<{width}}  {p['b']:<{width}}  {p['probability_of_improvement']:6.3f}  "
-                         f"{welch:>7}  {p['mannwhitney_p']:>8.3g}")
+                         f"{welch:>7}  {mw:>8}")
     if summary["threshold"] is not None:
         lines += ["", f"frames to reach {summary['threshold']:g}:"]
         for g in summary["groups"]:
