@@ -1,4 +1,5 @@
-"""Run metrics: one JSON object per report interval in metrics.jsonl, mirrored to TensorBoard scalars."""
+"""Run metrics: one JSON object per report interval in metrics.jsonl, mirrored to TensorBoard scalars whose tags
+are grouped by namespace (`tb_tags.py`: `episode/`, `losses/`, `policy/`, `perf/`, `sys/`, `health/`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 import os
 import time
 from typing import Any
+
+from asyncrl.diagnostics.tb_tags import tb_tag
 
 
 class MetricsWriter:
@@ -25,7 +28,7 @@ class MetricsWriter:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        values = [Summary.Value(tag=k, simple_value=float(v)) for k, v in record.items()
+        values = [Summary.Value(tag=tb_tag(k), simple_value=float(v)) for k, v in record.items()
                   if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and k != "time"]
         self._tb.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
 

@@ -2,7 +2,8 @@
 
 Every report interval the runner hands its metrics record to `RunMonitor.observe`, which adds queue lengths,
 per-process RSS/CPU, GPU utilisation, the learner's forward/backward/optimizer split, the bottleneck verdict
-and the health alerts; `flush` then prints the verdict and any alert not printed before. Torch-free.
+and the health alerts; `flush` then prints the verdict when its kind differs from the one printed last (every
+record still carries it) and any alert not printed before. Torch-free.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ RECENT_RECORDS = 500  # kept as a sliding window (a long run's history must not 
 QUEUE_NAMES = ("requests", "full", "free", "reports")
 
 
+def verdict_changed(last_printed: str | None, current: str | None) -> bool:
+    """Whether to print the bottleneck line: there is a verdict and its kind differs from the last one printed
+    (an interval without a verdict, e.g. while the learner has not reported yet, changes nothing)."""
+    return current is not None and current != last_printed
+
+
 class RunMonitor:
     def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
         self.cfg, self.out = cfg, out
@@ -37,6 +44,7 @@ class RunMonitor:
         self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
         self._printed: set[str] = set()
         self._pending: list[str] = []
+        self._last_verdict: str | None = None  # the bottleneck kind last printed (printed again when it changes)
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -71,8 +79,9 @@ class RunMonitor:
         verdict = classify({**record, **extra})
         extra["bottleneck"] = verdict.kind if verdict else None
         extra["bottleneck_reason"] = verdict.reason if verdict else None
-        if verdict is not None:
+        if verdict is not None and verdict_changed(self._last_verdict, verdict.kind):
             self._pending.append(f"  {verdict.line()}")
+            self._last_verdict = verdict.kind
         full = {**record, **extra}
         (self._early if len(self._early) < EARLY_RECORDS else self._recent).append(full)
         alerts = detect(self.history, self.thresholds)
@@ -85,7 +94,7 @@ class RunMonitor:
         return extra
 
     def flush(self) -> None:
-        """Print the interval's verdict and new alerts (after the runner's progress line)."""
+        """Print a changed verdict and new alerts (after the runner's progress line)."""
         for line in self._pending:
             self.out(line, flush=True)
         self._pending = []

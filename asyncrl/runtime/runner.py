@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
+from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.channels import Channels, Empty
@@ -101,6 +102,7 @@ class Runner:
         self._spawn_args: dict[str, tuple] = {}
         self.metrics_records = 0
         self.monitor = RunMonitor(cfg, self.spec, out)
+        self.progress = ProgressLine(cfg.frames, cfg.seconds)
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -351,13 +353,7 @@ class Runner:
         t.learner = []
         self.metrics.write(record, step=record["frames"])
         self.metrics_records += 1
-        ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
-        self.out(
-            f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
-            f"return {'-' if ret is None else f'{ret:7.2f}'} ({t.episodes} eps) | "
-            f"version {t.policy_version} lag {'-' if lag is None else f'{lag:.1f}/{lag_max}'} "
-            f"dropped {t.dropped_stale}", flush=True,
-        )
+        self.out(self.progress.line(record, time.monotonic() - self.t_loop), flush=True)
         self.monitor.flush()
 
 

@@ -1,0 +1,56 @@
+"""`asyncrl-compare GROUP GROUP...`: compare groups of runs (seeds) by final score, with confidence and tests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from asyncrl.diagnostics.rundir import RunDirError
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="asyncrl-compare", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument("groups", nargs="+", metavar="GROUP", help="a directory of run directories (one per seed)")
+    parser.add_argument("--metric", default="episode_return_mean",
+                        help="metrics.jsonl key to compare (default: %(default)s)")
+    parser.add_argument("--threshold", type=float, help="also report each run's frames to reach this metric value")
+    parser.add_argument("--out", metavar="DIR", help="write summary.json and curves.png to DIR")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from asyncrl.diagnostics import compare
+
+    try:
+        labels = compare.group_labels(args.groups)
+        groups = [compare.load_group(p, args.metric, label) for p, label in zip(args.groups, labels)]
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+    except RunDirError as exc:
+        print(f"asyncrl-compare: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"asyncrl-compare: error: cannot create {args.out} ({exc.strerror}); pass a writable --out",
+              file=sys.stderr)
+        return 2
+    summary = compare.summarize(groups, args.threshold)
+    summary["metric"] = args.metric
+    print(compare.format_table(summary))
+    if args.out:
+        try:
+            png = compare.plot_curves(groups, args.metric, os.path.join(args.out, "curves.png"))
+            path = os.path.join(args.out, "summary.json")
+            with open(path, "w") as f:
+                json.dump(summary, f, indent=2, allow_nan=False)
+        except OSError as exc:
+            print(f"asyncrl-compare: error: cannot write to {args.out} ({exc.strerror})", file=sys.stderr)
+            return 2
+        print(f"\n{path}\n{png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

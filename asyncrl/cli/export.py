@@ -1,0 +1,45 @@
+"""`asyncrl-export RUN_DIR --format torchscript|onnx --out FILE`: the trained policy as a standalone model file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="asyncrl-export", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (TRAIN_DIR/EXPERIMENT)")
+    parser.add_argument("--format", required=True, choices=("torchscript", "onnx"), help="file format")
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="the model file; FILE's stem + .json (how to use it) and + .safetensors (weights) "
+                             "are written beside it")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        from asyncrl.export import ExportError, export_policy
+    except ImportError as exc:
+        print(f"asyncrl-export: error: {exc}; install the export extra (pip install 'asyncrl[export]')",
+              file=sys.stderr)
+        return 2
+    try:
+        paths = export_policy(args.run_dir, args.format, args.out)
+    except ExportError as exc:
+        print(f"asyncrl-export: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"asyncrl-export: error: {exc}; install the export extra (pip install 'asyncrl[export]')",
+              file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"asyncrl-export: error: cannot write {args.out} ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    for path in paths.values():
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""TensorBoard tags: each metrics.jsonl key under a namespace, so TensorBoard groups related charts.
+
+`episode/` returns and lengths; `losses/` loss terms and gradients; `policy/` entropy, KL, clipping, learning
+rate, versions and staleness; `perf/` throughput, stage-time fractions and queue lengths; `sys/` CPU, memory and
+GPU; `health/` restarts, env errors and non-finite updates. metrics.jsonl keeps the bare keys. Torch-free.
+"""
+
+from __future__ import annotations
+
+EXACT = {
+    "episodes": "episode", "episode_return_mean": "episode", "episode_return_mean_20": "episode",
+    "episode_len_mean": "episode",
+    "policy_loss": "losses", "value_loss": "losses", "grad_norm": "losses", "grad_norm_max": "losses",
+    "entropy": "policy", "entropy_floor": "policy", "kl": "policy", "clip_fraction": "policy",
+    "learning_rate": "policy", "policy_version": "policy", "learner_updates": "policy",
+    "policy_lag_mean": "policy", "policy_lag_max": "policy", "dropped_stale": "policy",
+    "frames": "perf", "env_steps": "perf", "fps": "perf", "sps": "perf", "inference_batch_mean": "perf",
+    "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
+}
+PREFIXES = (("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"), ("mem_", "sys"))
+SUFFIXES = (("_frac", "perf"),)
+FALLBACK = "sys"
+
+
+def namespace(key: str) -> str:
+    """The namespace of a metrics key (keys added later without a rule go under sys/)."""
+    if key in EXACT:
+        return EXACT[key]
+    for prefix, space in PREFIXES:
+        if key.startswith(prefix):
+            return space
+    for suffix, space in SUFFIXES:
+        if key.endswith(suffix):
+            return space
+    return FALLBACK
+
+
+def tb_tag(key: str) -> str:
+    """`episode_return_mean` -> `episode/episode_return_mean`; the key itself is kept whole after the slash."""
+    return f"{namespace(key)}/{key}"

@@ -1,0 +1,192 @@
+"""Exporting a trained policy: a self-contained module from raw observations to the policy head's output.
+
+`ExportedPolicy` maps a batch of raw observations (the env's dtype and shape, e.g. uint8 frames or float32
+vectors) to action logits (discrete actions) or Gaussian action means (continuous ones), applying every
+preprocessing step the trained model applies: the running observation normaliser when the run used one
+(clipped to +-5), uint8 frames scaled to [0, 1] inside the CNN. It always computes in float32.
+
+Beside the exported file go `<stem>.json` (observation shape and dtype, preprocessing, action space, what the
+outputs mean) and `<stem>.safetensors` (the exported module's weights and normaliser statistics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.actor_critic import ActorCritic
+
+FORMATS = ("torchscript", "onnx")
+OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
+NORM_EPS = 1e-8
+ONNX_OPSET = 18
+
+
+class ExportError(ValueError):
+    """A run that cannot be exported; reported as one line with exit code 2."""
+
+
+class ExportedPolicy(nn.Module):
+    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32)."""
+
+    def __init__(self, model: ActorCritic):
+        super().__init__()
+        self.encoder = model.encoder
+        self.policy_head = model.policy_head
+        norm = model.obs_normalizer
+        self.normalize = norm is not None
+        shape = norm.shape if norm is not None else (1,)
+        # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
+        self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
+        self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
+        if not model.discrete:
+            self.register_buffer("log_std", model.log_std.detach().float().clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.normalize:
+            x = obs.float()
+            obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
+        return self.policy_head(self.encoder(obs))
+
+
+@dataclass
+class LoadedRun:
+    model: ActorCritic
+    spec: EnvSpec
+    config: dict[str, Any]
+    checkpoint: str
+    version: Any
+
+
+def load_run_policy(run_dir: str) -> LoadedRun:
+    """The run's model from its latest good checkpoint, in float32 and eval mode."""
+    from asyncrl.config import Config
+    from asyncrl.envs.base import EnvError
+    from asyncrl.envs.registry import make_env_spec
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+
+    if not os.path.isdir(run_dir):
+        raise ExportError(f"no run directory {run_dir}")
+    try:
+        path, state = load_latest_checkpoint(run_dir, map_location="cpu", warn=lambda msg: None)
+    except CheckpointError as exc:
+        raise ExportError(f"{exc}; train the run first (asyncrl-train)") from None
+    try:
+        config = json.loads(state["config"])
+        cfg = Config.from_dict(config)
+        spec = make_env_spec(state.get("env", cfg.env))
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ExportError(f"{path} does not hold a run configuration ({exc})") from None
+    except EnvError as exc:
+        raise ExportError(f"cannot build the env {cfg.env!r} to size the model: {exc}") from None
+    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs)
+    try:
+        model.load_state_dict(state["learner"]["model"])
+    except (RuntimeError, KeyError) as exc:
+        raise ExportError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}") from None
+    return LoadedRun(model.eval(), spec, config, path, state["learner"].get("version"))
+
+
+def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
+    """The policy.json contents: how to feed the exported module and read its output."""
+    spec, model = run.spec, run.model
+    image = len(spec.obs_shape) == 3
+    pre: list[dict[str, Any]] = []
+    if model.obs_normalizer is not None:
+        pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
+                    "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
+                    "applied_inside_model": True})
+    if image:
+        pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True})
+    if spec.discrete:
+        action = {"type": "discrete", "n": spec.num_actions}
+        output = {"name": "logits", "shape": ["N", spec.num_actions],
+                  "meaning": "unnormalised log-probabilities of each action; argmax is the greedy action, "
+                             "softmax the policy's probabilities"}
+    else:
+        box = spec.action_space
+        action = {"type": "box", "shape": list(spec.action_shape), "low": _finite_list(box.low),
+                  "high": _finite_list(box.high)}
+        output = {"name": "action_mean", "shape": ["N", spec.num_actions],
+                  "meaning": "means of the diagonal Gaussian policy (the greedy action, before clipping to the "
+                             "action bounds); std = exp(log_std) from the weights file",
+                  "log_std": model.log_std.detach().float().tolist()}
+    return {
+        "env": spec.name, "checkpoint": run.checkpoint, "policy_version": run.version,
+        "input": {"name": "obs", "shape": ["N", *spec.obs_shape], "dtype": np.dtype(spec.obs_dtype).name,
+                  "meaning": "raw observations as the env returns them" + (
+                      " (stacked grayscale frames, channels first)" if image else "")},
+        "preprocessing": pre, "action_space": action, "output": output, "files": exported,
+    }
+
+
+def _finite_list(values: Any) -> list[float | None]:
+    """Bounds as strict JSON: an unbounded side (+-inf) becomes null."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64).ravel()]
+
+
+def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:
+    """Write the policy as `out` (TorchScript or ONNX) with `<stem>.json` and `<stem>.safetensors` beside it."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}")
+    run = load_run_policy(run_dir)
+    policy = ExportedPolicy(run.model).eval()
+    example = torch.from_numpy(np.zeros((2, *run.spec.obs_shape), dtype=run.spec.obs_dtype))
+    stem = os.path.splitext(out)[0]
+    paths = {fmt: out, "json": stem + ".json", "safetensors": stem + ".safetensors"}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with torch.no_grad():
+        if fmt == "torchscript":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still loadable
+                torch.jit.save(torch.jit.trace(policy, example), out)
+        else:
+            _export_onnx(policy, example, out, "logits" if run.spec.discrete else "action_mean")
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, paths["safetensors"],
+              metadata={"env": run.spec.name, "checkpoint": run.checkpoint})
+    files = {**_previous_files(paths["json"], run.checkpoint), **{k: os.path.basename(v) for k, v in paths.items()}}
+    with open(paths["json"], "w") as f:
+        json.dump(describe(run, files), f, indent=2)
+    return paths
+
+
+def _previous_files(json_path: str, checkpoint: str) -> dict[str, str]:
+    """The files an earlier export of the same checkpoint listed (both formats may share one stem)."""
+    try:
+        with open(json_path) as f:
+            previous = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if previous.get("checkpoint") != checkpoint or not isinstance(previous.get("files"), dict):
+        return {}
+    stem_dir = os.path.dirname(json_path)
+    return {k: v for k, v in previous["files"].items() if os.path.exists(os.path.join(stem_dir, v))}
+
+
+def _export_onnx(policy: nn.Module, example: torch.Tensor, out: str, output_name: str) -> None:
+    """torch.export-based ONNX export with a dynamic batch dimension, written as one self-contained file."""
+    import contextlib
+    import io
+    import logging
+
+    logging.disable(logging.WARNING)  # the exporter logs every optional op it skips (e.g. torchvision's)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")  # the exporter's progress chatter and deprecation notes
+            program = torch.onnx.export(policy, (example,), input_names=["obs"], output_names=[output_name],
+                                        dynamic_shapes=({0: torch.export.Dim("N")},), opset_version=ONNX_OPSET,
+                                        dynamo=True, verbose=False)
+    finally:
+        logging.disable(logging.NOTSET)
+    program.save(out, external_data=False)
