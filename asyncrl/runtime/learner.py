@@ -265,6 +265,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
 
     k = cfg.trajectories_per_batch
+    collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
     pending: list[int] = []
     t_wait = 0.0
     while True:
@@ -308,8 +309,12 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         stats.update(t_wait=t_wait, t_copy=t2 - t1, t_train=t3 - t2)
         t_wait = 0.0
         report(channels, "learner", 0, stats)
-        if cfg.deterministic:  # lockstep: the next batch is collected by the version just published, and its
-            channels.free.put_many(pending)  # rollout reports reach the runner after this update's report
+        collected += batch.rewards.numel()
+        if cfg.deterministic and not (cfg.frames and collected * spec.frameskip >= cfg.frames):
+            # Lockstep: the next batch is collected by the version just published, and its rollout reports reach
+            # the runner after this update's report. At --frames the slots are kept, so no update follows the
+            # one the runner stops on and the final checkpoint is the same in every run.
+            channels.free.put_many(pending)
         pending = []
         if learner.nonfinite_streak >= NONFINITE_LIMIT:
             return _stop_nonfinite(channels, learner, batch)

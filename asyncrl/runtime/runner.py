@@ -101,6 +101,7 @@ class Runner:
         self._spawn_args: dict[str, tuple] = {}
         self.metrics_records = 0
         self.last_report, self.interval_steps = time.monotonic(), 0  # when and at what count the last record was
+        self.last_printed = 0.0  # when the last progress line was printed
         self.monitor = RunMonitor(cfg, self.spec, out)
 
     # ----- lifecycle -----
@@ -372,6 +373,12 @@ class Runner:
         t.learner = []
         self.metrics.write(record, step=record["frames"])
         self.metrics_records += 1
+        now = time.monotonic()
+        quiet = now - self.last_printed < self.cfg.report_interval and not self._frames_done()
+        if self.cfg.deterministic and quiet:  # a record per update; a progress line per report interval
+            self.monitor.flush(verdict=False)
+            return
+        self.last_printed = now
         ret, lag, lag_max = record["episode_return_mean"], record["policy_lag_mean"], record["policy_lag_max"]
         self.out(
             f"[{record['time']:7.0f}s] frames {record['frames']:>12,} | fps {record['fps']:8,.0f} | "
