@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,19 @@ def auto_envs_per_worker(cfg: Config) -> int:
 
 class ConfigError(ValueError):
     """Bad user input; the CLI prints it as one line and exits with code 2."""
+
+
+LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
+RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
+
+
+def check_experiment_name(name: str) -> None:
+    """An experiment is one directory under --train-dir: "" (the env's name) or a single path component."""
+    if not name:
+        return
+    if not name.strip() or "/" in name or name in (".", "..") or "\0" in name:
+        raise ConfigError(f"--experiment {name!r} must be a single directory name (no '/', not '.' or '..', not "
+                          f"blank); to write elsewhere use --train-dir")
 
 
 @dataclass
@@ -82,7 +96,11 @@ class Config:
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = field(default="auto", metadata={
         "help": "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
+    seed: int = field(default=0, metadata={
+        "help": "random seed of the model's initial weights, minibatch order, env resets and action sampling"})
+    deterministic: bool = field(default=False, metadata={
+        "help": "reproducible learning: one rollout worker, one split and one policy worker in lockstep with the "
+                "learner, one torch thread, deterministic torch algorithms (see docs/configuration.md)"})
     resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
     learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
     policy_nice: int = field(default=5, metadata={
@@ -126,6 +144,12 @@ class Config:
 
     def validate(self) -> None:
         """Raise ConfigError with a one-line fix for any impossible setting."""
+        check_experiment_name(self.experiment)
+        if self.deterministic:
+            for name in LOCKSTEP_ONES:
+                if getattr(self, name) != 1:
+                    raise ConfigError(f"--deterministic runs one rollout worker, split and policy worker; drop "
+                                      f"--{name.replace('_', '-')} {getattr(self, name)}")
         for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
                      "minibatches", "env_threads", "keep_checkpoints"):
             if getattr(self, name) < 1:
@@ -176,38 +200,95 @@ class Config:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (exit code 2), like every other configuration error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (flags are spelled out in full; see --help)\n")
+
+
 def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
-    """One --flag per Config field, with the field's default and help."""
-    parser = argparse.ArgumentParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.")
+    """One --flag per Config field, with the field's default, the presets that change it, and its help.
+
+    Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
+    """
+    from asyncrl.presets import PRESETS
+
+    parser = _OneLineParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.",
+                            allow_abbrev=False)
     defaults = Config()
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
-        help_text = f.metadata.get("help", "")
+        presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
+                          if f.name in values and values[f.name] != default)
+        help_text = f.metadata.get("help", "").replace("%", "%%")
         if isinstance(default, bool):
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=help_text)
+                                help=f"{help_text} (default: %(default)s{presets})")
         else:
             kind = type(default)
             parser.add_argument(flag, dest=f.name, type=kind, default=default,
-                                help=f"{help_text} (default: {default})")
+                                help=f"{help_text} (default: {default}{presets})")
     return parser
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    """Command line > the env family's preset (asyncrl.presets) > Config defaults."""
+    """Command line > the env family's preset (asyncrl.presets) > Config defaults.
+
+    With --resume the run's saved config.json takes the place of the preset and the defaults: what was not
+    given on the command line stays as it was saved (see `resume_changes` for what the command line changed).
+    """
     from asyncrl.presets import preset_for
 
+    words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = vars(parser.parse_args(argv))
-    explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, argv)}
-    return Config(**{**args, **preset_for(args["env"]), **explicit}).resolve()
+    args = vars(parser.parse_args(words))
+    explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, words)}
+    if "experiment" in explicit:
+        if not args["experiment"].strip():
+            raise ConfigError("--experiment must not be blank; give a name or leave the flag out (the env's name)")
+        check_experiment_name(args["experiment"])
+    saved = read_saved_config(args) if args["resume"] else None
+    if saved is not None:
+        base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
+    else:
+        base = {**args, **preset_for(args["env"])}
+    merged = {**base, **explicit}
+    if merged.get("deterministic"):
+        merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
+    return Config(**merged).resolve()
 
 
-def _given(name: str, argv: list[str] | None) -> bool:
+def read_saved_config(args: dict[str, Any]) -> dict[str, Any] | None:
+    """The config.json of the run `args` point at, as Config fields; None if there is none (a fresh start)."""
+    name = args["experiment"] or Config(env=args["env"]).experiment_name
+    path = os.path.join(args["train_dir"], name, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume: cannot read {path} ({exc}); fix or remove it to resume with the presets "
+                          f"and defaults") from None
+    known = {f.name for f in dataclasses.fields(Config)}
+    return {k: v for k, v in data.items() if k in known}
+
+
+def resume_changes(cfg: Config) -> list[str]:
+    """One `name: saved -> now` line per setting that differs from the run's saved config.json (on --resume)."""
+    if not cfg.resume:
+        return []
+    saved = read_saved_config({"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}) or {}
+    now = dataclasses.asdict(cfg)
+    return [f"{k}: {saved[k]} -> {now[k]}" for k in now
+            if k in saved and k not in RESUME_KEEPS_GIVEN and saved[k] != now[k]]
+
+
+def _given(name: str, words: list[str]) -> bool:
     """True if the flag for field `name` appears on the command line (even with its default value)."""
-    import sys
-
     flag = "--" + name.replace("_", "-")
-    words = sys.argv[1:] if argv is None else argv
     return any(w == flag or w.startswith(flag + "=") or w == "--no-" + flag[2:] for w in words)

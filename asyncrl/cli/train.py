@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from asyncrl.config import ConfigError, parse_config
+from asyncrl.config import ConfigError, parse_config, resume_changes
 from asyncrl.envs.base import EnvError
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(argv)
     try:
+        cfg = parse_config(argv)
         cfg.validate()
+        for change in resume_changes(cfg):  # settings the command line changed from the saved run's
+            print(change, flush=True)
         if cfg.device.startswith("cuda"):
             _require_cuda()
         from asyncrl.runtime.runner import Runner

@@ -93,10 +93,11 @@ class RunMonitor:
         full["alerts"] = extra["alerts"]
         return extra
 
-    def flush(self) -> None:
-        """Print a changed verdict and new alerts (after the runner's progress line)."""
+    def flush(self, verdict: bool = True) -> None:
+        """Print a changed verdict (unless `verdict` is False) and new alerts (after the runner's progress line)."""
         for line in self._pending:
-            self.out(line, flush=True)
+            if verdict or not line.startswith("  "):
+                self.out(line, flush=True)
         self._pending = []
 
     def _learner_split(self, stats: Sequence[Mapping[str, float]]) -> dict[str, float]:

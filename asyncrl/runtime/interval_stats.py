@@ -23,11 +23,11 @@ class IntervalStats:
     def extend(self, key: str, items: list) -> None:
         self.lists.setdefault(key, []).extend(items)
 
-    def maybe_report(self, **extra: Any) -> None:
-        """Send the interval's sums (plus `t_total`, the interval's length) if a second has passed."""
+    def maybe_report(self, force: bool = False, **extra: Any) -> None:
+        """Send the interval's sums (plus `t_total`, the interval's length) if a second has passed (or `force`)."""
         now = time.monotonic()
         self.beat[self.ident] = now
-        if now - self.last < self.every_s:
+        if now - self.last < self.every_s and not force:
             return
         report(self.channels, self.kind, self.ident, {**self.sums, **self.lists, **extra, "t_total": now - self.last})
         self.sums = {k: 0 for k in self.sums}

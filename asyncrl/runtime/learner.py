@@ -25,6 +25,7 @@ from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from asyncrl.runtime.devices import resolve_device, resolve_precision
 from asyncrl.runtime.process import init_child
+from asyncrl.runtime.seeding import make_deterministic, seed_learner, write_initial_weights_checksum
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
 
 NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradient before the run stops
@@ -204,6 +205,8 @@ class WeightsPublisher:
 
 
 def learner_threads(cfg: Config) -> int:
+    if cfg.deterministic:
+        return 1
     if cfg.learner_threads:
         return cfg.learner_threads
     return max(1, (os.cpu_count() or 1) - cfg.policy_workers)
@@ -213,6 +216,9 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
                 channels: Channels) -> None:
     init_child("asyncrl-learner")
     torch.set_num_threads(learner_threads(cfg))
+    if cfg.deterministic:
+        make_deterministic()
+    seed_learner(cfg.seed)  # initial weights and minibatch order (a resume restores the saved generators)
     device = resolve_device(cfg.device)
     learner = Learner(cfg, spec, device)
     env_steps = 0
@@ -236,6 +242,11 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     publisher = WeightsPublisher(learner.model, weights)
     learner.version = max(learner.version, 1)
     publisher.publish(learner.version)
+    if not cfg.resume:
+        try:
+            write_initial_weights_checksum(cfg.run_dir, publisher.staging.numpy())
+        except OSError:
+            pass  # only a record for comparing runs; the run itself does not need it
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state})
     beat = channels.live["beat_learner"]
 
@@ -254,6 +265,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
 
     k = cfg.trajectories_per_batch
+    collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
     pending: list[int] = []
     t_wait = 0.0
     while True:
@@ -285,8 +297,8 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         t1 = time.monotonic()
         slots = np.asarray(pending, dtype=np.int64)
         batch = gather_batch(traj, slots, learner.version, device)
-        channels.free.put_many(pending)
-        pending = []
+        if not cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
+            channels.free.put_many(pending)
         t2 = time.monotonic()
         frames = learner.samples_trained * spec.frameskip
         stats = learner.train(batch, frames)
@@ -297,6 +309,13 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         stats.update(t_wait=t_wait, t_copy=t2 - t1, t_train=t3 - t2)
         t_wait = 0.0
         report(channels, "learner", 0, stats)
+        collected += batch.rewards.numel()
+        if cfg.deterministic and not (cfg.frames and collected * spec.frameskip >= cfg.frames):
+            # Lockstep: the next batch is collected by the version just published, and its rollout reports reach
+            # the runner after this update's report. At --frames the slots are kept, so no update follows the
+            # one the runner stops on and the final checkpoint is the same in every run.
+            channels.free.put_many(pending)
+        pending = []
         if learner.nonfinite_streak >= NONFINITE_LIMIT:
             return _stop_nonfinite(channels, learner, batch)
 

@@ -19,6 +19,7 @@ from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.devices import resolve_device, resolve_precision
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
+from asyncrl.runtime.seeding import make_deterministic
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
 
 
@@ -52,6 +53,8 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
                       channels: Channels) -> None:
     init_child(f"asyncrl-policy-{index}", cfg.policy_nice)
     torch.set_num_threads(1)
+    if cfg.deterministic:
+        make_deterministic()
     device = resolve_device(cfg.device)
     model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device).eval()
     model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)

@@ -62,6 +62,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         t += 1
         if t == cfg.rollout:
             owner[slot] = NO_OWNER
+            if cfg.deterministic:  # the runner counts these steps before the learner's report on them
+                stats.maybe_report(force=True)
             channels.full.put(slot)
             new_slot = _wait_for_free_slot(channels, stats)
             if new_slot is None:

@@ -101,6 +101,8 @@ class Runner:
         self.procs: dict[str, mp.Process] = {}
         self._spawn_args: dict[str, tuple] = {}
         self.metrics_records = 0
+        self.last_report, self.interval_steps = time.monotonic(), 0  # when and at what count the last record was
+        self.last_printed = 0.0  # when the last progress line was printed
         self.monitor = RunMonitor(cfg, self.spec, out)
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
 
@@ -127,7 +129,9 @@ class Runner:
             raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "
                               f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
                               ) from None
-        self.channels.free.put_many(list(range(num_slots(cfg))))
+        # Lockstep (--deterministic): one batch of slots, so the worker waits for each update before collecting on.
+        free = cfg.trajectories_per_batch if cfg.deterministic else num_slots(cfg)
+        self.channels.free.put_many(list(range(free)))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
         self.metrics = MetricsWriter(cfg.run_dir)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -221,8 +225,8 @@ class Runner:
     def _loop(self) -> None:
         cfg = self.cfg
         start_steps = self.totals.env_steps
-        last_report = last_ckpt = time.monotonic()
-        interval_steps = self.totals.env_steps
+        last_ckpt = self.last_report = time.monotonic()
+        self.interval_steps = self.totals.env_steps
         self.t_loop = time.monotonic()
         first_frames = False
         while self.stop_reason is None:
@@ -232,24 +236,40 @@ class Runner:
                 self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
             self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version))
             now = time.monotonic()
-            if now - last_report >= cfg.report_interval:
-                self._report(now - last_report, self.totals.env_steps - interval_steps)
-                last_report, interval_steps = now, self.totals.env_steps
+            if now - self.last_report >= cfg.report_interval and not cfg.deterministic:
+                self._report_interval(now)
             if now - last_ckpt >= cfg.checkpoint_interval:
                 self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
                 last_ckpt = now
-            frames = self.totals.env_steps * self.spec.frameskip
-            if cfg.frames and frames >= cfg.frames:
+            if self._frames_done() and not cfg.deterministic:  # in lockstep, checked after each update
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
             time.sleep(0.05)
-        # A last report for the tail of the run (skipped if too short to give meaningful rates).
+        # A last report for the tail of the run (skipped if too short to give meaningful rates; in lockstep every
+        # update already has its record).
         self._drain_reports()
-        tail = time.monotonic() - last_report
-        if tail >= 1.0 or self.metrics_records == 0:
-            self._report(max(tail, 1e-6), self.totals.env_steps - interval_steps)
+        tail = time.monotonic() - self.last_report
+        if (tail >= 1.0 and not cfg.deterministic) or self.metrics_records == 0:
+            self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+
+    def _frames_done(self) -> bool:
+        return bool(self.cfg.frames) and self.totals.env_steps * self.spec.frameskip >= self.cfg.frames
+
+    def _report_interval(self, now: float) -> None:
+        self._report(max(now - self.last_report, 1e-6), self.totals.env_steps - self.interval_steps)
+        self.last_report, self.interval_steps = now, self.totals.env_steps
+
+    def _lockstep_update(self) -> None:
+        """--deterministic: one record per update, written when its report arrives. The rollout worker reported
+        the batch's steps and episodes before handing it over, and collects the next one only after this report
+        was sent, so every record covers exactly the same data in every run with the same seed."""
+        if self.stop_reason is not None:
+            return
+        self._report_interval(time.monotonic())
+        if self._frames_done():
+            self.stop_reason = "frames"
 
     def _shutdown(self) -> None:
         ch = self.channels
@@ -296,6 +316,8 @@ class Runner:
             t.learner.append(payload)
             t.dropped_stale += payload.get("dropped_stale", 0)
             t.policy_version = payload.get("policy_version", t.policy_version)
+            if self.cfg.deterministic:
+                self._lockstep_update()
         elif kind == "fatal":
             record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
                                                time.time() - self.t_start)
@@ -353,7 +375,13 @@ class Runner:
         t.learner = []
         self.metrics.write(record, step=record["frames"])
         self.metrics_records += 1
-        self.out(self.progress.line(record, time.monotonic() - self.t_loop), flush=True)
+        now = time.monotonic()
+        quiet = now - self.last_printed < self.cfg.report_interval and not self._frames_done()
+        if self.cfg.deterministic and quiet:  # a record per update; a progress line per report interval
+            self.monitor.flush(verdict=False)
+            return
+        self.last_printed = now
+        self.out(self.progress.line(record, now - self.t_loop), flush=True)
         self.monitor.flush()
 
 

@@ -1,0 +1,39 @@
+"""The command line means what it says: no abbreviations, presets shown in --help, one safe experiment name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, train_command
+from test_cli import FAST, assert_user_error
+
+
+@pytest.mark.parametrize("flags", [["--gam", "0.99"], ["--entropy", "0.0"], ["--lr-sched", "constant"],
+                                   ["--norm"]])
+def test_abbreviated_flags_are_refused(tmp_path: Path, flags: list[str]) -> None:
+    train_dir = tmp_path / "runs"
+    result = run_cli([*FAST, *flags], train_dir)
+    assert_user_error(result, "unrecognized arguments", flags[0])
+    assert not train_dir.exists()
+
+
+def test_help_shows_default_and_preset_value() -> None:
+    result = subprocess.run([*train_command(), "--help"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "100"})
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # argparse wraps to the terminal width
+    assert "--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001)" in text
+    assert "--gamma GAMMA discount factor (default: 0.99; vector preset: 0.98)" in text
+    assert "--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0)" in text
+    assert "--clip-ratio CLIP_RATIO PPO clip epsilon (default: 0.1) " in text  # no preset changes it
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", ".", "   ", ""])
+def test_experiment_must_be_one_directory_name(tmp_path: Path, name: str) -> None:
+    train_dir = tmp_path / "runs"
+    result = run_cli([*FAST, "--experiment", name], train_dir)
+    assert_user_error(result, "--experiment")
+    assert not train_dir.exists() and not (tmp_path / "escape").exists()
