@@ -26,6 +26,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import subprocess
 import sys
 import time
@@ -170,7 +171,8 @@ def group_stop(stop_reason: str | None, totals: Any) -> str | None:
     when the learners have agreed (all ranks then stop after the same update).
 
     Publishes this rank's env steps and episodes for the learners' next agreement. Without training there is no
-    update to agree at, and a group that has not agreed within --dist-timeout is broken: both stop at once.
+    update to agree at, and a group that has not agreed within --dist-timeout is broken: both stop at once, and so
+    does SIGTERM (torchrun sends it when it tears the group down because a rank failed; Ctrl-C is SIGINT).
     """
     rank = _RANK
     if rank is None:
@@ -185,7 +187,7 @@ def group_stop(stop_reason: str | None, totals: Any) -> str | None:
         board[REQUEST] = STOP_CODES.get(stop_reason, 3)
     if rank.requested is None:
         return None
-    if not rank.train or time.monotonic() - rank.requested_at > rank.timeout:
+    if rank.requested == "SIGTERM" or not rank.train or time.monotonic() - rank.requested_at > rank.timeout:
         return rank.requested
     return None
 
@@ -347,17 +349,16 @@ class _Group:
         self.base_trained = self.seen_trained = learner.samples_trained
         self.local_trained = 0
         self.others_steps = self.others_episodes = 0
-        self.updates = self.entered = 0  # updates agreed; the update this rank has entered
+        self.updates = self.calls = 0  # updates agreed; collectives entered
         try:
             self.store = dist.distributed_c10d._get_default_store()
-            self.store.set(f"asyncrl/update/{self.info.rank}", "0")
+            self.store.set(f"asyncrl/calls/{self.info.rank}", "0")
         except (AttributeError, RuntimeError, ValueError):
             self.store = None
         self.checksums = os.environ.get(CHECKSUMS_ENV, "") not in ("", "0")
 
     def average_gradients(self, model: Any, loss: Any) -> None:
         torch, bucket = self.torch, self.bucket
-        self._enter_update()
         offset = 0
         for p in self.params:
             n = p.numel()
@@ -389,7 +390,6 @@ class _Group:
         parts = [torch.tensor(head, dtype=torch.float64, device=self.device)]
         parts += [b.detach().reshape(-1).double() for b in self.buffers]
         vector = torch.cat(parts)
-        self._enter_update()
         self._collective(vector)
         total = vector[:len(head)].tolist()
         learner.samples_trained = self.seen_trained = self.base_trained + int(total[5])
@@ -417,41 +417,41 @@ class _Group:
                 time.sleep(0.02)
 
     def _collective(self, tensor: Any) -> None:
+        self._beat()
         try:
             self.dist.all_reduce(tensor)
         except (RuntimeError, ValueError) as exc:
             self._lost(exc)
 
-    def _enter_update(self) -> None:
-        """Note in the store which update this rank has entered, so a rank that never arrives can be named."""
-        if self.entered > self.updates:
-            return
-        self.entered = self.updates + 1
+    def _beat(self) -> None:
+        """Note in the store how many collectives this rank has entered, so one that never arrives can be named."""
+        self.calls += 1
         if self.store is not None:
             try:
-                self.store.set(f"asyncrl/update/{self.info.rank}", str(self.entered))
+                self.store.set(f"asyncrl/calls/{self.info.rank}", str(self.calls))
             except (RuntimeError, ValueError):
                 self.store = None
 
-    def _ranks_behind(self, update: int) -> list[int]:
-        """Ranks whose learner has not entered `update` (best effort: the store may be gone too)."""
+    def _ranks_behind(self) -> list[int]:
+        """Ranks whose learner has not entered this rank's current collective (best effort: the store may be
+        gone too)."""
         if self.store is None:
             return []
         behind = []
         try:
             self.store.set_timeout(timedelta(seconds=2))
             for r in range(self.world):
-                if r != self.info.rank and int(self.store.get(f"asyncrl/update/{r}")) < update:
+                if r != self.info.rank and int(self.store.get(f"asyncrl/calls/{r}")) < self.calls:
                     behind.append(r)
         except (RuntimeError, ValueError):
             return behind
         return behind
 
     def _lost(self, exc: BaseException) -> None:
-        behind = self._ranks_behind(self.entered)
-        who = (f"rank {', '.join(map(str, behind))} never reached update {self.entered}" if behind
+        behind = self._ranks_behind()
+        who = (f"rank {', '.join(map(str, behind))} never reached this all-reduce" if behind
                else "another rank died or stopped answering (its own line names it)")
-        _fatal(self.channels, f"rank {self.info.rank} lost the learner group in update {self.entered}: {who} "
+        _fatal(self.channels, f"rank {self.info.rank} lost the learner group in update {self.updates + 1}: {who} "
                               f"({_first_line(exc)}); stopping. {_checkpoint_hint(self.rank.leader_dir)}")
 
     def _write_checksum(self, learner: Any) -> None:
@@ -475,11 +475,17 @@ def _portable(obj: Any) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    """The gist of an error: gloo's start with a source location and end with generic advice."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    line = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", line).split(". This is typically")[0]
+    return line[:200]
 
 
 def _fatal(channels: Any, message: str) -> None:
-    """Report a fatal error to this rank's runner, wait for its stop, then end the learner."""
+    """Report a fatal error to this rank's runner, wait for its stop, then end the learner (quietly if the
+    runner is already stopping: a rank that stops on its own makes the others' collectives fail)."""
+    if channels.stopping:
+        raise SystemExit(1)
     try:
         channels.reports.put(("fatal", 0, time.time(), {"message": message}), timeout=10)
     except Exception:  # the runner is gone or not reading; it will find this process gone
