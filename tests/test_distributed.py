@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.distributed import CHECKSUMS_ENV, CHECKSUMS_FILE, rank_from_environ
+from asyncrl.runtime.distributed import CHECKSUMS_ENV, CHECKSUMS_FILE, rank_device, rank_from_environ
 
 FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
          "--report-interval", "1"]
@@ -39,10 +39,11 @@ def free_port() -> int:
 class Launch:
     """One torchrun command (its own session, so the test can always clean up after it)."""
 
-    def __init__(self, torchrun_args: list[str], train_args: list[str], train_dir: Path, name: str):
+    def __init__(self, torchrun_args: list[str], train_args: list[str], train_dir: Path, name: str,
+                 module: str = "asyncrl.train"):
         self.out = train_dir.parent / f"{name}.out"
         env = {**os.environ, CHECKSUMS_ENV: "1"}
-        command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", "asyncrl.train",
+        command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", module,
                    *FLAGS, *train_args, "--train-dir", str(train_dir)]
         with open(self.out, "wb") as f:
             self.proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env,
@@ -113,6 +114,9 @@ def test_rank_from_environ() -> None:
     assert rank_from_environ({**base, "WORLD_SIZE": "1", "RANK": "0"}) is None  # one rank: a plain run
     assert rank_from_environ({k: v for k, v in base.items() if k != "MASTER_PORT"}) is None
     assert Config().dist_timeout > 0
+    assert rank_device("cpu", 3) == "cpu"
+    with pytest.raises(ConfigError, match="--device cuda"):
+        rank_device("cuda:1", 0)  # under torchrun the local rank picks the GPU
 
 
 def test_two_ranks_one_node_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
@@ -146,7 +150,8 @@ def test_two_nodes_c10d_rendezvous_stay_identical(tmp_path: Path, launches: list
     for node in (0, 1):
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", f"asyncrl-test-{port}"]
-        nodes.append(Launch(args, ["--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}"))
+        nodes.append(Launch(args, ["--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}",
+                            module="asyncrl.cli.train"))
     launches.extend(nodes)
     for launch in nodes:
         assert launch.wait() == 0, launch.output()[-3000:]
