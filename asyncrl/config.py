@@ -112,6 +112,8 @@ class Config:
     hang_timeout: float = field(default=30.0, metadata={
         "help": "seconds a process may go without progress before it is restarted (the learner: run stopped)"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
+    dist_timeout: float = field(default=15.0, metadata={  # data-parallel (torchrun), asyncrl/runtime/distributed.py
+        "help": "under torchrun: seconds a learner waits for the other ranks in a collective before the group stops"})
 
     # ----- derived -----
     @property

@@ -6,6 +6,7 @@ import sys
 
 from asyncrl.config import ConfigError, parse_config, resume_changes
 from asyncrl.envs.base import EnvError
+from asyncrl.runtime import distributed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
             print(change, flush=True)
         if cfg.device.startswith("cuda"):
             _require_cuda()
+        distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
         from asyncrl.runtime.runner import Runner
 
         runner = Runner(cfg)

@@ -21,6 +21,7 @@ from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import build_model, flat_state
+from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from asyncrl.runtime.devices import resolve_device, resolve_precision
@@ -149,6 +150,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
+        distributed.sync_gradients(self.model, loss)  # data-parallel hook (torchrun): average over the ranks
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         finite = bool(torch.isfinite(loss) and torch.isfinite(grad_norm))
         t2 = time.monotonic()
@@ -239,6 +241,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         env_steps = int(state["env_steps"])
         run_state = dict(state.get("run", {}))
         report(channels, "info", 0, {"message": f"resumed from {path}"})
+    distributed.join_group(learner, channels)  # data-parallel hook (torchrun): take rank 0's state
     publisher = WeightsPublisher(learner.model, weights)
     learner.version = max(learner.version, 1)
     publisher.publish(learner.version)
@@ -263,6 +266,8 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
                                                            f"checkpoints: {exc.strerror or exc}"})
             return
         report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
+
+    save = distributed.wrap_save(save)  # data-parallel hook (torchrun): only rank 0 saves, with group totals
 
     k = cfg.trajectories_per_batch
     collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
@@ -302,6 +307,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         t2 = time.monotonic()
         frames = learner.samples_trained * spec.frameskip
         stats = learner.train(batch, frames)
+        distributed.after_update(learner, stats, channels)  # data-parallel hook (torchrun): counters, stop
         publisher.publish(learner.version)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -22,6 +22,7 @@ from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
 from asyncrl.runtime.process import mark_parent
@@ -133,7 +134,7 @@ class Runner:
         free = cfg.trajectories_per_batch if cfg.deterministic else num_slots(cfg)
         self.channels.free.put_many(list(range(free)))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
-        self.metrics = MetricsWriter(cfg.run_dir)
+        self.metrics = distributed.metrics_writer(cfg.run_dir) or MetricsWriter(cfg.run_dir)  # torchrun hook
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
@@ -245,6 +246,7 @@ class Runner:
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
+            self.stop_reason = distributed.group_stop(self.stop_reason, self.totals)  # torchrun hook: agreed stop
             time.sleep(0.05)
         # A last report for the tail of the run (skipped if too short to give meaningful rates; in lockstep every
         # update already has its record).

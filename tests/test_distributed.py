@@ -1,0 +1,211 @@
+"""Data-parallel learners under torchrun, with real processes: 2 gloo ranks on this machine, launched as one
+node (`--nproc-per-node 2`) and as two nodes (two torchrun commands meeting at a c10d rendezvous).
+
+Each test is bounded by env steps (tiny CartPole settings) with generous wall-clock timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.distributed import CHECKSUMS_ENV, CHECKSUMS_FILE, rank_device, rank_from_environ
+
+FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
+         "--report-interval", "1"]
+UPDATE_STEPS = 2 * 256  # two ranks x the vector preset's batch
+TIMEOUT_S = 150.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launch:
+    """One torchrun command (its own session, so the test can always clean up after it)."""
+
+    def __init__(self, torchrun_args: list[str], train_args: list[str], train_dir: Path, name: str,
+                 module: str = "asyncrl.train"):
+        self.out = train_dir.parent / f"{name}.out"
+        env = {**os.environ, CHECKSUMS_ENV: "1"}
+        command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", module,
+                   *FLAGS, *train_args, "--train-dir", str(train_dir)]
+        with open(self.out, "wb") as f:
+            self.proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    def wait(self, timeout: float = TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"torchrun did not finish within {timeout:.0f} s\n{self.output()[-3000:]}")
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def launches():
+    started: list[Launch] = []
+    yield started
+    for launch in started:
+        launch.kill()
+
+
+def single_node(port: int, train_args: list[str], train_dir: Path, name: str = "node") -> Launch:
+    return Launch(["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)],
+                  train_args, train_dir, name)
+
+
+def checksums(run_dir: Path, skip: int = 0) -> dict[int, str]:
+    """Version -> parameter checksum after that update, from the learner's debug file (minus `skip` lines)."""
+    lines = (run_dir / CHECKSUMS_FILE).read_text().splitlines()[skip:]
+    return {r["version"]: r["sha256"] for r in map(json.loads, lines)}
+
+
+def group_processes(port: int) -> list[psutil.Process]:
+    """The live runners of a launch: they carry its MASTER_PORT in their environment (their children too, but
+    setting a process title overwrites what /proc shows of it)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("MASTER_PORT") == str(port) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_ranks_agree(run_dir: Path, min_updates: int = 20) -> dict[int, str]:
+    rank0, rank1 = checksums(run_dir), checksums(run_dir / "rank1")
+    common = sorted(set(rank0) & set(rank1))
+    assert len(common) >= min_updates, f"only {len(common)} updates on both ranks"
+    assert set(rank0) == set(rank1), "the ranks did a different number of updates"
+    different = [v for v in common if rank0[v] != rank1[v]]
+    assert not different, f"parameters differ between the ranks after updates {different}"
+    return rank0
+
+
+def test_rank_from_environ() -> None:
+    base = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
+            "MASTER_PORT": "1"}
+    info = rank_from_environ(base)
+    assert (info.rank, info.world_size, info.local_rank, info.master) == (1, 4, 1, "h:1")
+    assert rank_from_environ({**base, "WORLD_SIZE": "1", "RANK": "0"}) is None  # one rank: a plain run
+    assert rank_from_environ({k: v for k, v in base.items() if k != "MASTER_PORT"}) is None
+    assert Config().dist_timeout > 0
+    assert rank_device("cpu", 3) == "cpu"
+    with pytest.raises(ConfigError, match="--device cuda"):
+        rank_device("cuda:1", 0)  # under torchrun the local rank picks the GPU
+
+
+def test_two_ranks_one_node_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
+    train_dir = tmp_path / "train"
+    port = free_port()
+    launch = single_node(port, ["--frames", str(24 * UPDATE_STEPS)], train_dir)
+    launches.append(launch)
+    code = launch.wait()
+    out = launch.output()
+    assert code == 0, out[-3000:]
+    run_dir = train_dir / "CartPole-v1"
+    assert_ranks_agree(run_dir)
+    assert "[rank 1] stopping (frames, agreed by all 2 ranks)" in out, out[-2000:]
+    assert "group: 2 workers, 8 envs, 512 samples per update" in out
+    assert read_metrics(str(run_dir))[-1]["ranks"] == 2
+    # The final checkpoint counts both ranks' env steps (the stop came when their sum reached --frames).
+    import torch
+
+    saved = torch.load(list_checkpoints(str(run_dir))[0], map_location="cpu", weights_only=False)["env_steps"]
+    rank0_alone = int(re.search(r"\[rank 0\] stopping .* after ([\d,]+) env steps", out).group(1).replace(",", ""))
+    assert saved >= 24 * UPDATE_STEPS > rank0_alone
+    assert not (run_dir / "rank1" / "metrics.jsonl").exists()
+    assert list_checkpoints(str(run_dir)) and not list_checkpoints(str(run_dir / "rank1"))
+    assert not group_processes(port)
+
+
+def test_two_nodes_c10d_rendezvous_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
+    train_dir = tmp_path / "train"
+    port = free_port()
+    nodes = []
+    for node in (0, 1):
+        args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", f"asyncrl-test-{port}"]
+        nodes.append(Launch(args, ["--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}",
+                            module="asyncrl.cli.train"))
+    launches.extend(nodes)
+    for launch in nodes:
+        assert launch.wait() == 0, launch.output()[-3000:]
+    assert_ranks_agree(train_dir / "CartPole-v1")
+
+
+def test_resume_continues_the_policy_version_on_both_ranks(tmp_path: Path, launches: list[Launch]) -> None:
+    train_dir = tmp_path / "train"
+    run_dir = train_dir / "CartPole-v1"
+    first = single_node(free_port(), ["--frames", str(6 * UPDATE_STEPS)], train_dir, "first")
+    launches.append(first)
+    assert first.wait() == 0, first.output()[-3000:]
+    saved = max(checksums(run_dir))  # the version of the last update is the one checkpointed
+    assert list_checkpoints(str(run_dir))[0].endswith(f"ckpt_{saved:010d}.pt")
+    steps_before = read_metrics(str(run_dir))[-1]["env_steps"]
+    lines_before = [len(checksums(d)) for d in (run_dir, run_dir / "rank1")]
+    second = single_node(free_port(), ["--frames", str(12 * UPDATE_STEPS), "--resume"], train_dir, "second")
+    launches.append(second)
+    assert second.wait() == 0, second.output()[-3000:]
+    assert "resumed from" in second.output()
+    rank0, rank1 = checksums(run_dir, lines_before[0]), checksums(run_dir / "rank1", lines_before[1])
+    resumed = sorted(rank1)
+    assert resumed[0] == saved + 1, f"rank 1 restarted at version {resumed[0]}, not {saved + 1}"
+    assert sorted(rank0) == resumed and all(rank0[v] == rank1[v] for v in resumed)
+    records = read_metrics(str(run_dir))
+    assert records[-1]["env_steps"] > steps_before and records[-1]["policy_version"] > saved
+
+
+def test_killed_learner_stops_the_group(tmp_path: Path, launches: list[Launch]) -> None:
+    train_dir = tmp_path / "train"
+    run_dir = train_dir / "CartPole-v1"
+    port = free_port()
+    launch = single_node(port, ["--seconds", "120", "--checkpoint-interval", "1"], train_dir)
+    launches.append(launch)
+    deadline = time.monotonic() + 90
+    while not list_checkpoints(str(run_dir)) and time.monotonic() < deadline and launch.proc.poll() is None:
+        time.sleep(0.5)
+    assert list_checkpoints(str(run_dir)), launch.output()[-3000:]
+    tree = [psutil.Process(launch.proc.pid), *psutil.Process(launch.proc.pid).children(recursive=True)]
+    rank1 = [p for p in group_processes(port) if p.environ().get("RANK") == "1"]
+    learners = [p for p in rank1[0].children() if p.cmdline()[:1] == ["asyncrl-learner"]]
+    assert len(learners) == 1, [p.cmdline() for p in tree]
+    t0 = time.monotonic()
+    learners[0].kill()
+    code = launch.wait(timeout=45)
+    took = time.monotonic() - t0
+    out = launch.output()
+    errors = [line for line in out.splitlines() if "error" in line.lower() or "exitcode" in line]
+    print(f"\nthe group stopped {took:.1f} s after rank 1's learner was killed:\n" + "\n".join(errors[-8:]))
+    assert code != 0
+    assert took < 30, f"the group took {took:.0f} s to stop\n{out[-3000:]}"
+    assert "[rank 1] asyncrl: error: the learner was killed by SIGKILL" in out, out[-3000:]
+    assert "relaunch every rank with --resume" in out
+    assert list_checkpoints(str(run_dir))
+    time.sleep(1)
+    left = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [p.cmdline() for p in left]
