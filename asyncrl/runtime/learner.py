@@ -168,7 +168,7 @@ class Learner:
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "version": self.version, "samples_trained": self.samples_trained, "lr": self.lr,
-            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+            "torch_rng": torch.get_rng_state(), "numpy_rng": _numpy_rng_state(),
             "python_rng": random.getstate(),
         }
 
@@ -180,8 +180,24 @@ class Learner:
         self.lr = float(state.get("lr", self.cfg.lr))
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
-            np.random.set_state(state["numpy_rng"])
-            random.setstate(state["python_rng"])
+            np.random.set_state(_numpy_rng_from(state["numpy_rng"]))
+            random.setstate(_tuples(state["python_rng"]))
+
+
+def _numpy_rng_state() -> list:
+    """numpy's global RNG state as plain data (no ndarray), so that a checkpoint loads with weights_only."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _numpy_rng_from(saved) -> tuple:
+    name, keys, pos, has_gauss, cached = saved
+    return name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)
+
+
+def _tuples(value):
+    """random.setstate wants tuples where a round trip may have produced lists."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class WeightsPublisher:
