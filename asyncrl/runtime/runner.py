@@ -23,7 +23,7 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.process import mark_parent
+from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.shared import SharedWeights
 from asyncrl.runtime.supervisor import (
@@ -40,6 +40,7 @@ SHUTDOWN_TIMEOUT_S = 8.0
 
 def _child_main(module: str, function: str, *args) -> None:
     """Fork target: import the component's module inside the child (so torch never loads in the runner)."""
+    ignore_group_signals()  # before the (slow) import: a group-wide SIGTERM must not kill a starting child
     getattr(importlib.import_module(module), function)(*args)
 
 
@@ -96,6 +97,7 @@ class Runner:
         self.out = out
         self.spec = make_env_spec(cfg.env)
         self.stop_reason: str | None = None
+        self.t_signal: float | None = None  # time.monotonic() of the first stop signal
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
         self._spawn_args: dict[str, tuple] = {}
@@ -128,7 +130,7 @@ class Runner:
         self.channels.free.put_many(list(range(num_slots(cfg))))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
         self.metrics = MetricsWriter(cfg.run_dir)
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
         try:
@@ -157,10 +159,22 @@ class Runner:
             self.out(f"asyncrl: error: the final checkpoint was not saved ({self.supervisor.save_failed}). "
                      f"{self.supervisor.checkpoint_hint()}", file=sys.stderr)
             code = 1
+        if code == 0:
+            self._say_final_checkpoint()
         return code
 
+    def _say_final_checkpoint(self) -> None:
+        saved = self.supervisor.last_saved
+        after = "" if self.t_signal is None else (
+            f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
+        if saved:
+            self.out(f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
+                     f"{saved['env_steps']:,} env steps){after}", flush=True)
+
     def _on_signal(self, signum, _frame) -> None:
-        self.stop_reason = signal.Signals(signum).name
+        if self.stop_reason is None:
+            self.stop_reason = signal.Signals(signum).name
+            self.t_signal = time.monotonic()
 
     def _spawn(self, name: str, module: str, function: str, *args) -> None:
         ctx = mp.get_context("fork")

@@ -85,6 +85,7 @@ class Supervisor:
         self.members: dict[str, Member] = {}
         self.worker_restarts = self.policy_restarts = self.env_errors_base = 0
         self.save_failed: str | None = None
+        self.last_saved: dict | None = None  # the learner's latest "saved" report: version, env_steps, path
         self._last_check = 0.0
         self._progress: tuple[object, float] = (None, time.monotonic())
         self._env_error_printed: dict[int, float] = {}
@@ -207,6 +208,7 @@ class Supervisor:
                          f"reset it ({payload['count']} of {ENV_ERROR_LIMIT} errors before a restart)", flush=True)
         elif kind == "saved":
             self.save_failed = None
+            self.last_saved = payload
         elif kind == "save_failed":
             self.save_failed = payload["message"]
             self.out(f"asyncrl: warning: {payload['message']}; training goes on, the previous checkpoints are kept",
