@@ -64,4 +64,9 @@ def test_stop_signal_to_the_process_group_saves_a_final_checkpoint(sig: signal.S
     saved_version = int(line.group(2))
     assert int(re.search(r"ckpt_(\d+)", newest).group(1)) == saved_version
     assert wait_for(lambda: not _group(pgid), timeout=10), [p.name() for p in _group(pgid)]
-    assert shm_entries() - before_shm == set()
+    assert ours(shm_entries() - before_shm) == set()  # other programs on the machine may come and go
+
+
+def ours(entries: set[str]) -> set[str]:
+    """What this project could leave in /dev/shm: multiprocessing arenas (faster-fifo) or named asyncrl files."""
+    return {e for e in entries if e.startswith(("pym-", "asyncrl", "psm_", "mp-"))}

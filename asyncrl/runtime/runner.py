@@ -52,6 +52,7 @@ class Totals:
     """Counters over the whole run and over the current report interval."""
 
     env_steps: int = 0
+    env_errors: int = 0  # as reported with the env steps (for the error rate; the counters come from liveness)
     episodes: int = 0
     dropped_stale: int = 0
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -98,6 +99,7 @@ class Runner:
         self.spec = make_env_spec(cfg.env)
         self.stop_reason: str | None = None
         self.t_signal: float | None = None  # time.monotonic() of the first stop signal
+        self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
         self._spawn_args: dict[str, tuple] = {}
@@ -133,6 +135,7 @@ class Runner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
+        run_error: RunError | None = None
         try:
             self.supervisor.start_repair()
             self._start_processes()
@@ -140,7 +143,8 @@ class Runner:
             self._loop()
             code = 0
         except RunError as exc:
-            self.out(f"asyncrl: error: {exc}", file=sys.stderr)
+            run_error = exc
+            self.saved_before_stop = self.supervisor.last_saved
         except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
             write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
@@ -153,6 +157,11 @@ class Runner:
             except OSError:
                 pass
             os.close(self.weights.fd)
+        if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
+            final = self.supervisor.last_saved
+            final = final if final is not self.saved_before_stop else None
+            hint = f" {self.supervisor.checkpoint_hint(final)}" if run_error.hint else ""
+            self.out(f"asyncrl: error: {run_error}{hint}", file=sys.stderr)
         if write_error:  # reported after the shutdown, which may still have saved a checkpoint
             self.out(f"asyncrl: error: {write_error} {self.supervisor.checkpoint_hint()}", file=sys.stderr)
         elif code == 0 and self.supervisor.save_failed:
@@ -242,7 +251,8 @@ class Runner:
             if not first_frames and self.totals.env_steps > start_steps:
                 first_frames = True
                 self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
-            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version))
+            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version),
+                                  env_errors=(self.totals.env_steps, self.totals.env_errors))
             now = time.monotonic()
             if now - last_report >= cfg.report_interval:
                 self._report(now - last_report, self.totals.env_steps - interval_steps)
@@ -276,22 +286,25 @@ class Runner:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2)
-        self._drain_reports()
+        # The final save's report; a later fatal report (e.g. every rollout worker's envs broke) adds nothing.
+        self._drain_reports(skip_fatal=True)
 
     # ----- statistics -----
-    def _drain_reports(self) -> None:
+    def _drain_reports(self, skip_fatal: bool = False) -> None:
         while True:
             try:
                 messages = self.channels.reports.get_many(block=False, max_messages_to_get=1000)
             except Empty:
                 return
             for kind, _, _, payload in messages:
-                self._handle(kind, payload)
+                if not (skip_fatal and kind == "fatal"):
+                    self._handle(kind, payload)
 
     def _handle(self, kind: str, payload: dict) -> None:
         t = self.totals
         if kind == "rollout":
             t.env_steps += int(payload["env_steps"])
+            t.env_errors += int(payload.get("env_errors", 0))
             for ret, length in payload["episodes"]:
                 t.returns.append(ret)
                 t.lengths.append(length)
@@ -312,7 +325,7 @@ class Runner:
             record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
                                                time.time() - self.t_start)
             self.metrics.write(record, step=record["frames"])
-            raise RunError(payload["message"])
+            raise RunError(payload["message"], hint=payload.get("hint", True))
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
         elif kind in ("env_error", "saved", "save_failed"):
