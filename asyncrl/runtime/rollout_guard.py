@@ -26,7 +26,7 @@ from asyncrl.envs.registry import make_vec_env
 from asyncrl.runtime.channels import Channels, Full, report
 from asyncrl.runtime.liveness import NO_OWNER
 
-EXIT_ENV_ERRORS = 3  # exit code of a rollout worker that gave up on its envs (kept for older reports)
+EXIT_ENV_ERRORS = 3  # exit code of a rollout worker whose envs broke and that could not even report it
 FATAL_PUT_TIMEOUT_S = 10.0
 
 
