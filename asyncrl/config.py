@@ -114,6 +114,9 @@ class Config:
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
     dist_timeout: float = field(default=15.0, metadata={  # data-parallel (torchrun), asyncrl/runtime/distributed.py
         "help": "under torchrun: seconds a learner waits for the other ranks in a collective before the group stops"})
+    max_env_error_rate: float = field(default=0.01, metadata={
+        "help": "stop the run when env instances raise in more than this share of env steps over a minute "
+                "(a failing env instance is recreated and its step left out of training)"})
 
     # ----- derived -----
     @property
@@ -166,6 +169,8 @@ class Config:
         for name in ("policy_nice", "rollout_nice"):
             if not 0 <= getattr(self, name) <= 19:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in 0..19 (got {getattr(self, name)})")
+        if not 0.0 <= self.max_env_error_rate <= 1.0:
+            raise ConfigError(f"--max-env-error-rate must be in [0, 1] (got {self.max_env_error_rate})")
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"--gamma must be in [0, 1] (got {self.gamma})")
         if self.rollout < 2:

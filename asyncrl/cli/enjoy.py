@@ -10,7 +10,8 @@ import sys
 import numpy as np
 
 from asyncrl.diagnostics.rundir import RunDirError, require_dir
-from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
+from asyncrl.diagnostics.screens import Screens, screens_for
+from asyncrl.diagnostics.video import VideoError, check_video_path, save_video
 from asyncrl.envs.base import EnvError
 
 MAX_VIDEO_FRAMES = 5000
@@ -20,8 +21,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="asyncrl-enjoy", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("run_dir", help="the run's directory (TRAIN_DIR/EXPERIMENT)")
     parser.add_argument("--episodes", type=int, default=5, help="full episodes to play (default: %(default)s)")
-    parser.add_argument("--video", metavar="FILE", help="save the first episode as FILE (.gif, or .mp4 with "
-                                                        "imageio-ffmpeg)")
+    parser.add_argument("--video", metavar="FILE", help="save the first episode as FILE (.gif or .mp4): the env's "
+                                                        "own rendering (Atari: the full-colour screen), or its "
+                                                        "observations if it cannot render")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
     parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: %(default)s)")
@@ -30,8 +32,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def play(model, env, args: argparse.Namespace) -> tuple[list[float], list[np.ndarray]]:
-    """Scores of `args.episodes` full episodes, and the first episode's frames when a video is wanted."""
+def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -> tuple[list[float], list[np.ndarray]]:
+    """Scores of `args.episodes` full episodes, and the first episode's frames (from `screens`) when a video is
+    wanted."""
     import torch
 
     spec = env.spec
@@ -39,17 +42,24 @@ def play(model, env, args: argparse.Namespace) -> tuple[list[float], list[np.nda
     reward, done = np.zeros(1, np.float32), np.zeros(1, np.bool_)
     actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
     env.reset(seed=args.seed, obs_out=obs)
+    if screens is not None:
+        screens.reset(args.seed)
+        if screens.note:
+            print(f"asyncrl-enjoy: {screens.note}")
     device = next(model.parameters()).device
     scores, frames, steps, score = [], [], 0, 0.0
     while len(scores) < args.episodes:
-        if args.video and not scores and len(frames) < MAX_VIDEO_FRAMES:
-            frames.append(frame_from_obs(obs[0]))
+        recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
+        if recording:
+            frames.append(screens.frame(obs[0]))
         with torch.no_grad():
             policy_out, _ = model(torch.from_numpy(obs).to(device))
             dist = model.distribution(policy_out)
             act = (policy_out.argmax(-1) if spec.discrete else policy_out) if args.greedy else dist.sample()
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, done)
+        if recording:
+            screens.step(actions)
         steps += 1
         score += float(reward[0])
         if finished or steps >= args.max_steps:
@@ -71,10 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     except (RunDirError, VideoError, EnvError) as exc:
         print(f"asyncrl-enjoy: error: {exc}", file=sys.stderr)
         return 2
+    screens = None
     try:
-        scores, frames = play(model, env, args)
+        if args.video:
+            screens = screens_for(env, env.spec.name)
+        scores, frames = play(model, env, args, screens)
     finally:
         env.close()
+        if screens is not None:
+            screens.close()
     spread = statistics.pstdev(scores) if len(scores) > 1 else 0.0
     print(f"{len(scores)} episode{'s' if len(scores) > 1 else ''}: raw score mean {statistics.fmean(scores):g}, "
           f"std {spread:g}")
@@ -105,7 +120,7 @@ def load(args: argparse.Namespace):
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
-    env = make_vec_env(state.get("env", cfg.env), 1, training=False)
+    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None)
     model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
     try:
         model.load_state_dict(state["learner"]["model"])

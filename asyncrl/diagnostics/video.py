@@ -1,4 +1,8 @@
-"""Episode videos for `asyncrl-enjoy`: one image per agent step, saved as GIF (Pillow) or MP4 (imageio)."""
+"""Episode videos for `asyncrl-enjoy`: one image per agent step, saved as GIF (Pillow) or MP4 (imageio-ffmpeg).
+
+The images come from `asyncrl.diagnostics.screens` (what the env renders); `frame_from_obs` draws an
+observation for envs that cannot render.
+"""
 
 from __future__ import annotations
 
@@ -57,10 +61,18 @@ def save_video(frames: Sequence[np.ndarray], path: str, fps: int = 30) -> str:
         except ImportError:
             raise VideoError("an .mp4 video needs imageio and imageio-ffmpeg (pip install imageio "
                              "imageio-ffmpeg); or pass a .gif path") from None
-        imageio.mimwrite(path, list(frames), fps=fps)
+        # H.264 in yuv420p needs even sizes; pad (e.g. Atari's 210x160 screen stays 210x160) rather than let
+        # the writer rescale to multiples of 16.
+        imageio.mimwrite(path, [_even(f) for f in frames], fps=fps, macro_block_size=1)
     else:
         raise VideoError(f"unknown video format {ext or path!r}; use .gif (or .mp4 with imageio-ffmpeg)")
     return path
+
+
+def _even(frame: np.ndarray) -> np.ndarray:
+    h, w = frame.shape[:2]
+    pad = ((0, h % 2), (0, w % 2)) + ((0, 0),) * (frame.ndim - 2)
+    return np.pad(frame, pad, mode="edge") if h % 2 or w % 2 else frame
 
 
 def check_video_path(path: str) -> None:

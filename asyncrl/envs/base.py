@@ -78,3 +78,22 @@ class VecEnv(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the envs' resources."""
+
+
+@dataclass
+class EnvFault:
+    """An env instance raised and was replaced by a fresh one (reported by backends that can do that).
+
+    `where` is "step" (the step's transition is lost: its reward and next observation never came, so the
+    learner must leave it out) or "reset" (the step itself was fine; the automatic reset after it failed).
+    Either way the env's unfinished episode is dropped and `obs_out[index]` holds the fresh instance's first
+    observation with `done_out[index]` True.
+    """
+
+    index: int
+    where: str
+    message: str
+
+
+class EnvBroken(RuntimeError):
+    """A freshly created env instance cannot be made or fails before its first step: retrying will not help."""

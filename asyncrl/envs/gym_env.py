@@ -1,4 +1,9 @@
-"""The generic backend: a Python loop over gymnasium envs with same-step auto-reset."""
+"""The generic backend: a Python loop over gymnasium envs with same-step auto-reset.
+
+An env instance that raises is closed and replaced by a fresh one (new seed) and the fault recorded in
+`faults` for the caller; the other envs carry on. A fresh instance that cannot be made or reset raises
+`EnvBroken`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv
+from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, VecEnv
 
 SUPPORTED = "asyncrl supports Box observation spaces and Discrete or 1-D Box action spaces"
 
@@ -29,6 +34,10 @@ class GymVecEnv(VecEnv):
 
     def __init__(self, name: str, factory: Callable[[], gym.Env], num_envs: int) -> None:
         self.num_envs = num_envs
+        self._factory = factory
+        self.faults: list[EnvFault] = []  # filled by step/reset, emptied by the caller
+        self._seed = 0
+        self._replaced = 0  # env instances replaced so far (each gets a new seed)
         first = factory()
         try:
             self.spec = gym_env_spec(name, first)
@@ -45,8 +54,12 @@ class GymVecEnv(VecEnv):
         self._len = np.zeros(num_envs, dtype=np.int64)
 
     def reset(self, seed: int, obs_out: np.ndarray) -> None:
+        self._seed = seed
         for i, env in enumerate(self.envs):
-            obs_out[i], _ = env.reset(seed=seed + i)
+            try:
+                obs_out[i], _ = env.reset(seed=seed + i)
+            except Exception as exc:
+                obs_out[i] = self._replace(i, "reset", exc)
         self._ret[:] = 0.0
         self._len[:] = 0
 
@@ -59,8 +72,14 @@ class GymVecEnv(VecEnv):
             acts = list(np.clip(actions, self._low, self._high).astype(self.spec.action_space.dtype))
         stats: list[EpisodeStats] = []
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(acts[i])
-            reward = float(reward)
+            try:
+                obs, reward, terminated, truncated, _ = env.step(acts[i])
+                reward = float(reward)
+            except Exception as exc:  # the transition is lost; the episode is dropped, not counted
+                reward_out[i] = 0.0
+                done_out[i] = True
+                obs_out[i] = self._replace(i, "step", exc)
+                continue
             reward_out[i] = reward
             self._ret[i] += reward
             self._len[i] += 1
@@ -70,9 +89,34 @@ class GymVecEnv(VecEnv):
                 stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i])))
                 self._ret[i] = 0.0
                 self._len[i] = 0
-                obs, _ = env.reset()
+                try:
+                    obs, _ = env.reset()
+                except Exception as exc:
+                    obs = self._replace(i, "reset", exc)
             obs_out[i] = obs
         return stats
+
+    def _replace(self, i: int, where: str, exc: Exception) -> np.ndarray:
+        """Close env i, make and reset a fresh instance in its place, record the fault; its first observation."""
+        self.faults.append(EnvFault(i, where, f"{type(exc).__name__}: {exc}"))
+        try:
+            self.envs[i].close()
+        except Exception:  # a broken env may fail to close too; it is dropped either way
+            pass
+        self._replaced += 1
+        stage = "creating"
+        try:
+            fresh = self._factory()
+            stage = "resetting"
+            obs, _ = fresh.reset(seed=self._seed + self.num_envs * self._replaced + i)
+        except Exception as new_exc:
+            raise EnvBroken(f"{self.spec.name} env raised {type(exc).__name__}: {exc} in {where}, and a fresh "
+                            f"instance failed before its first step ({stage} it: {type(new_exc).__name__}: "
+                            f"{new_exc})") from None
+        self.envs[i] = fresh
+        self._ret[i] = 0.0
+        self._len[i] = 0
+        return obs
 
     def close(self) -> None:
         for env in self.envs:

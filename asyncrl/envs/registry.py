@@ -38,8 +38,10 @@ def make_env_spec(name: str) -> EnvSpec:
         env.close()
 
 
-def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1) -> VecEnv:
-    """Create `num_envs` copies of env `name`; `training` and `num_threads` only affect Atari."""
+def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
+                 render_mode: str | None = None) -> VecEnv:
+    """Create `num_envs` copies of env `name`; `training` and `num_threads` only affect Atari, `render_mode`
+    only registered gymnasium ids (custom callables make their envs as they like)."""
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     if name == "null":
@@ -51,7 +53,7 @@ def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads
         from asyncrl.envs.atari import AtariVecEnv
 
         return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads)
-    return GymVecEnv(name, _gym_factory(name), num_envs)
+    return GymVecEnv(name, _gym_factory(name, render_mode), num_envs)
 
 
 def _rom_ids() -> list[str]:
@@ -66,26 +68,26 @@ def _is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
     return str(spec.entry_point).startswith("ale_py")
 
 
-def _gym_factory(name: str) -> Callable[[], gym.Env]:
+def _gym_factory(name: str, render_mode: str | None = None) -> Callable[[], gym.Env]:
     spec = gym.registry.get(name)
     if spec is not None:
         if _is_ale(spec):
             raise _use_atari(name, spec)
-        return lambda: _make_gym(name)
+        return lambda: _make_gym(name, render_mode)
     if ":" in name:
-        return _custom_factory(name)
+        return _custom_factory(name, render_mode)
     raise _unknown(name)
 
 
-def _make_gym(name: str) -> gym.Env:
+def _make_gym(name: str, render_mode: str | None = None) -> gym.Env:
     try:
-        return gym.make(name)
+        return gym.make(name, **({"render_mode": render_mode} if render_mode else {}))
     except gym.error.Error as e:
         first_line = (str(e).splitlines() or [""])[0]
         raise EnvError(f"cannot make gymnasium env {name!r}: {first_line}") from e
 
 
-def _custom_factory(name: str) -> Callable[[], gym.Env]:
+def _custom_factory(name: str, render_mode: str | None = None) -> Callable[[], gym.Env]:
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise EnvError(f"custom env {name!r} must be given as module:callable")
@@ -94,7 +96,7 @@ def _custom_factory(name: str) -> Callable[[], gym.Env]:
     except ImportError as e:
         raise EnvError(f"cannot import module {module_name!r} for env {name!r}: {e}") from e
     if attr in gym.registry:  # gymnasium's own `module:EnvId` form (the import registered the id)
-        return _gym_factory(attr)
+        return _gym_factory(attr, render_mode)
     obj = module
     for part in attr.split("."):
         try:

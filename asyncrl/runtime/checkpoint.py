@@ -1,4 +1,9 @@
-"""Checkpoints: atomic writes with a checksum, the last few kept, a corrupt latest one skipped on load."""
+"""Checkpoints: atomic writes with a checksum, the last few kept, a corrupt latest one skipped on load.
+
+Loading never runs code: checkpoints hold only tensors, plain containers and numbers (the config as a JSON
+string, RNG states as tensors and lists), and are read with `torch.load(weights_only=True)`. A checkpoint that
+needs any other pickled object (a class, a function: something that would run on unpickling) is refused.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import glob
 import hashlib
 import io
 import os
+import pickle
 import re
 from typing import Any
 
@@ -96,7 +102,6 @@ def load_latest_checkpoint(run_dir: str, map_location: Any = "cpu", warn=print,
     With `set_aside` (a resuming run), corrupt ones are renamed to `*.corrupt`: otherwise one would keep
     shadowing the resumed run's new, lower-numbered saves, and pruning would delete those instead.
     """
-    import torch
 
     for path in list_checkpoints(run_dir):
         payload = _verified_payload(path)
@@ -104,5 +109,31 @@ def load_latest_checkpoint(run_dir: str, map_location: Any = "cpu", warn=print,
             kept = _set_aside(path) if set_aside else ""
             warn(f"checkpoint {path} is truncated or corrupt (checksum mismatch){kept}; falling back to an older one")
             continue
-        return path, torch.load(io.BytesIO(payload), map_location=map_location, weights_only=False)
+        return path, _safe_load(path, payload, map_location)
     raise CheckpointError(f"no usable checkpoint in {checkpoint_dir(run_dir)}")
+
+
+def _numpy_array_globals() -> list:
+    """What an ndarray in a checkpoint of an earlier asyncrl (its numpy RNG state) needs: data, no code."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def _safe_load(path: str, payload: bytes, map_location: Any) -> dict[str, Any]:
+    """`torch.load` with `weights_only=True`; a checkpoint that needs arbitrary objects is refused, unrun."""
+    import torch
+
+    try:
+        with torch.serialization.safe_globals(_numpy_array_globals()):
+            return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
+        raise CheckpointError(f"refused to load {path}: it needs an arbitrary pickled object{what}, which could "
+                              f"run code; asyncrl checkpoints hold only tensors and plain data. Delete it if you "
+                              f"did not write it") from None

@@ -42,9 +42,15 @@ class Batch:
     rewards: torch.Tensor  # [T, B]
     dones: torch.Tensor  # [T, B]
     lag: torch.Tensor  # [T, B] learner version - behaviour version
+    valid: torch.Tensor | None = None  # [T, B] bool; False where the env raised (None: all valid)
 
     def columns(self, cols: slice) -> Batch:
-        return Batch(*(getattr(self, f)[:, cols] for f in self.__dataclass_fields__))
+        return Batch(*(None if (x := getattr(self, f)) is None else x[:, cols] for f in self.__dataclass_fields__))
+
+    def trainable(self, max_policy_lag: int) -> torch.Tensor:
+        """The loss mask: fresh enough and not a step in which the env raised."""
+        mask = (self.lag <= max_policy_lag).float()
+        return mask if self.valid is None else mask * self.valid
 
 
 def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: torch.device) -> Batch:
@@ -65,6 +71,7 @@ def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: to
         rewards=time_major("rewards"),
         dones=time_major("dones", torch.float32),
         lag=(version - versions).to(device),
+        valid=time_major("valid"),
     )
 
 
@@ -106,7 +113,8 @@ class Learner:
         lr = self.learning_rate(frames)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        mask = (batch.lag <= cfg.max_policy_lag).float()
+        mask = batch.trainable(cfg.max_policy_lag)
+        fresh = int((batch.lag <= cfg.max_policy_lag).sum().item())
         if self.model.obs_normalizer is not None:
             self.model.obs_normalizer.update(batch.obs[:-1][mask.bool()])
         n_cols = batch.rewards.shape[1]
@@ -116,7 +124,7 @@ class Learner:
         for _ in range(cfg.epochs):
             for cols in np.random.permutation(cfg.minibatches):
                 mb = batch.columns(slice(cols * per_mb, (cols + 1) * per_mb))
-                mb_mask = (mb.lag <= cfg.max_policy_lag).float()
+                mb_mask = mb.trainable(cfg.max_policy_lag)
                 stats = self._step(mb, mb_mask)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -130,7 +138,7 @@ class Learner:
         self.samples_trained += trained
         kept_lag = batch.lag[mask.bool()]
         out.update(
-            learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=batch.rewards.numel() - trained,
+            learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=batch.rewards.numel() - fresh,
             policy_lag_mean=float(kept_lag.float().mean()) if trained else 0.0,
             policy_lag_max=int(kept_lag.max()) if trained else 0,
             policy_version=self.version, nonfinite_updates=self.nonfinite_updates,
@@ -146,7 +154,11 @@ class Learner:
         dist = self.model.distribution(policy_out[: t * b])
         logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
         entropy = dist.entropy().reshape(t, b)
-        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.dones, mask, self.hp)
+        rewards, dones = mb.rewards, mb.dones
+        if mb.valid is not None:  # cut the V-trace trace at a failed step: r = V(x_t), done, so v_t = V(x_t)
+            rewards = torch.where(mb.valid, rewards, values[:-1].detach().to(rewards.dtype))
+            dones = torch.where(mb.valid, dones, torch.ones_like(dones))
+        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, rewards, dones, mask, self.hp)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -171,7 +183,7 @@ class Learner:
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "version": self.version, "samples_trained": self.samples_trained, "lr": self.lr,
-            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(),
+            "torch_rng": torch.get_rng_state(), "numpy_rng": _numpy_rng_state(),
             "python_rng": random.getstate(),
         }
 
@@ -183,8 +195,24 @@ class Learner:
         self.lr = float(state.get("lr", self.cfg.lr))
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
-            np.random.set_state(state["numpy_rng"])
-            random.setstate(state["python_rng"])
+            np.random.set_state(_numpy_rng_from(state["numpy_rng"]))
+            random.setstate(_tuples(state["python_rng"]))
+
+
+def _numpy_rng_state() -> list:
+    """numpy's global RNG state as plain data (no ndarray), so that a checkpoint loads with weights_only."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _numpy_rng_from(saved) -> tuple:
+    name, keys, pos, has_gauss, cached = saved
+    return name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)
+
+
+def _tuples(value):
+    """random.setstate wants tuples where a round trip may have produced lists."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class WeightsPublisher:
@@ -231,13 +259,14 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
                 cfg.run_dir, map_location=device, set_aside=True,
                 warn=lambda msg: report(channels, "warning", 0, {"message": msg}))
         except CheckpointError as exc:
-            return _fatal(channels, {"message": str(exc)})
+            return _fatal(channels, {"message": str(exc), "hint": False})
         try:
             learner.load_state_dict(state["learner"])
         except (KeyError, RuntimeError, ValueError) as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return _fatal(channels, {"message": f"checkpoint {path} does not fit this model ({reason}); resume "
-                                                f"with the settings it was trained with or start a new --experiment"})
+                                                f"with the settings it was trained with or start a new --experiment",
+                                     "hint": False})
         env_steps = int(state["env_steps"])
         run_state = dict(state.get("run", {}))
         report(channels, "info", 0, {"message": f"resumed from {path}"})
@@ -323,16 +352,18 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
             channels.free.put_many(pending)
         pending = []
         if learner.nonfinite_streak >= NONFINITE_LIMIT:
-            return _stop_nonfinite(channels, learner, batch)
+            _stop_nonfinite(channels, learner, batch)
+            return _final_save(channels, save)
 
 
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
-    """Report the divergence as fatal (no checkpoint is saved from here on)."""
+    """Report the divergence as fatal. The skipped steps left the weights as they were, so the final save at the
+    runner's stop keeps them (`save` refuses non-finite weights)."""
     bad = [n for n in ("rewards", "obs") if not torch.isfinite(getattr(batch, n).float()).all()]
     cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
     message = (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
-               f"stopped. The last good checkpoint in {learner.cfg.run_dir}/checkpoints is kept. Fix: check the env's "
-               f"rewards and observations, lower --lr, keep --max-grad-norm, try --normalize-obs")
+               f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "
+               f"--normalize-obs.")
     _fatal(channels, {"message": message, "code": "nonfinite"})
 
 
@@ -345,6 +376,18 @@ def _fatal(channels: Channels, payload: dict) -> None:
         return  # the runner is not reading; it will find this process gone
     while not channels.stopping:
         time.sleep(0.05)
+
+
+def _final_save(channels: Channels, save, timeout: float = 5.0) -> None:
+    """After a fatal report: serve the runner's stop command (a final checkpoint if the weights are finite)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        command = _next_command(channels)
+        if command is not None and command[0] == "stop":
+            _, steps, *extra = command
+            save(steps, extra[0] if extra else {})
+            return
+        time.sleep(0.02)
 
 
 def _next_command(channels: Channels) -> tuple[str, int] | None:

@@ -1,4 +1,4 @@
-"""What every child process does first: name itself, die with its parent, leave Ctrl-C to the runner."""
+"""What every child process does first: name itself, die with its parent, leave stop signals to the runner."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ import signal
 
 _PR_SET_PDEATHSIG = 1
 PARENT_PID: int | None = None  # set by the runner before it forks (see `mark_parent`)
+# Signals a terminal, a scheduler or a container manager sends to every process of the group.
+GROUP_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _ignore(_signum, _frame) -> None:
+    """A no-op handler rather than SIG_IGN: a program an env execs gets the default dispositions back."""
+
+
+def ignore_group_signals() -> None:
+    """Leave SIGINT, SIGTERM and SIGHUP to the runner, which stops the children in order (the learner saves first).
+
+    Ctrl-C, `docker stop`, Slurm's `scancel` and systemd signal the whole process group; a child that exited
+    on its own would take the learner's final checkpoint with it. Children leave when the runner sets the
+    stop flag, and die with it (`PR_SET_PDEATHSIG`) if it goes first.
+    """
+    for sig in GROUP_STOP_SIGNALS:
+        signal.signal(sig, _ignore)
 
 
 def mark_parent() -> None:
@@ -37,9 +54,7 @@ def init_child(title: str, nice: int = 0) -> None:
         pass
     if nice > 0:
         os.nice(nice)
-    # Ctrl-C reaches the whole process group; only the runner reacts, and stops the others in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    ignore_group_signals()
     parent = os.getppid()
     if parent == 1 or (PARENT_PID is not None and parent != PARENT_PID):  # the runner died before we armed
         os._exit(0)

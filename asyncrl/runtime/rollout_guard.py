@@ -1,8 +1,12 @@
 """A rollout worker's fault handling, kept out of its hot loop.
 
-- An env that raises in `step` or `reset` is reset (its split's trajectory starts over in the same slot) and
-  counted; after `ENV_ERROR_LIMIT` errors the worker exits with `EXIT_ENV_ERRORS` and the runner restarts it
-  with fresh envs. An env that cannot even be created makes the worker exit the same way.
+- An env instance that raises is replaced by the backend (`GymVecEnv`) with a fresh one; the guard marks
+  the step invalid in the slot (`valid`: the learner leaves it out of the loss and cuts the V-trace trace
+  there), counts it and reports it. A backend that cannot replace one instance (Atari's C++ vector env)
+  raises instead: the split's envs are reset and its trajectory starts over in the same slot. Errors are
+  judged as a rate by the runner (`--max-env-error-rate`), not counted against the worker.
+- Envs that cannot be created, or fresh instances that fail before their first step (`EnvBroken`), stop
+  the run at once with a fatal report: restarting the worker would only fail again.
 - While the worker waits for actions it still beats its heartbeat, and when a policy worker has been
   restarted (`policy_epoch` changed) it re-sends the requests that were not answered: the dead policy worker
   may have taken them off the queue. The `want`/`acted` handshake (see `asyncrl.runtime.liveness`) makes
@@ -17,20 +21,20 @@ from typing import NoReturn
 import numpy as np
 
 from asyncrl.config import Config
-from asyncrl.envs.base import VecEnv
+from asyncrl.envs.base import EnvBroken, EnvFault, VecEnv
 from asyncrl.envs.registry import make_vec_env
-from asyncrl.runtime.channels import Channels, report
-from asyncrl.runtime.liveness import NO_OWNER, write_words
+from asyncrl.runtime.channels import Channels, Full, report
+from asyncrl.runtime.liveness import NO_OWNER
 
-ENV_ERROR_LIMIT = 5  # env exceptions one worker process absorbs before it gives up (and is restarted)
-EXIT_ENV_ERRORS = 3  # exit code of a rollout worker that gave up on its envs
+EXIT_ENV_ERRORS = 3  # exit code of a rollout worker whose envs broke and that could not even report it
+FATAL_PUT_TIMEOUT_S = 10.0
 
 
 class RolloutGuard:
-    def __init__(self, worker: int, cfg: Config, channels: Channels, obs: np.ndarray, slots: list[int],
-                 steps: list[int]):
+    def __init__(self, worker: int, cfg: Config, channels: Channels, obs: np.ndarray, valid: np.ndarray,
+                 slots: list[int], steps: list[int]):
         self.worker, self.cfg, self.channels = worker, cfg, channels
-        self.obs, self.slots, self.steps = obs, slots, steps
+        self.obs, self.valid, self.slots, self.steps = obs, valid, slots, steps
         live = channels.live
         self.beat, self.owner = live["beat_rollout"], live["slot_owner"]
         self.want, self.acted = live["want"], live["acted"]
@@ -46,42 +50,72 @@ class RolloutGuard:
             self.envs = [make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads)
                          for _ in range(cfg.worker_splits)]
         except Exception as exc:
-            self._give_up(f"could not create them: {type(exc).__name__}: {exc}")
+            self.fatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}")
         return self.envs
+
+    def faults(self) -> list[list[EnvFault]]:
+        """Each split's backend fault list (empty, and never growing, for backends that do not replace envs)."""
+        return [getattr(env, "faults", []) for env in self.envs]
 
     def seed(self, split: int) -> int:
         """The original seeds on a first start; different ones after restarts and env errors."""
         cfg = self.cfg
         base = cfg.seed * 1_000_003 + (self.worker * cfg.worker_splits + split) * cfg.envs_per_split
-        return base + 7_919 * (self.generation * (ENV_ERROR_LIMIT + 1) + self.errors)
+        return base + 7_919 * (self.generation * 1_000_003 + self.errors)
 
     def begin(self, split: int, slot: int) -> None:
         """Hold `slot` for `split`, reset the split's envs into its first step and ask for actions."""
         self.owner[slot] = self.worker
         self.slots[split], self.steps[split] = slot, 0
-        while True:
-            try:
-                self.envs[split].reset(seed=self.seed(split), obs_out=self.obs[slot, 0])
-                break
-            except Exception as exc:
-                self.env_error(exc, "reset")
+        try:
+            self.envs[split].reset(seed=self.seed(split), obs_out=self.obs[slot, 0])
+        except EnvBroken as exc:
+            self.fatal(str(exc))
+        except Exception as exc:  # a backend that cannot replace one env: no episode can start
+            self.fatal(f"{self.cfg.env} env failed before its first step: {type(exc).__name__}: {exc}")
+        self.replaced(split, slot, None)
         self.acted[slot] = NO_OWNER
         self.want[slot] = 0
         self.channels.requests.put((self.worker, split, slot, 0))
 
     def env_error(self, exc: Exception, where: str) -> None:
-        """Count an env exception; give up (exit) past the limit."""
+        """Count an exception of a backend that could not replace the failing env (the split starts over)."""
         self.errors += 1
         self.env_errors[self.worker] += 1
-        message = f"{type(exc).__name__}: {exc}"
-        if self.errors > ENV_ERROR_LIMIT:
-            self._give_up(f"{self.errors} env errors, the last in {where}: {message}")
         report(self.channels, "env_error", self.worker,
-               {"message": message, "where": where, "count": self.errors, "worker": self.worker})
+               {"message": f"{type(exc).__name__}: {exc}", "where": where, "count": self.errors,
+                "worker": self.worker, "action": "reset the split's envs (its trajectory starts over)"})
 
-    def _give_up(self, message: str) -> NoReturn:
-        write_words(self.channels.live, self.worker, message)  # the runner reads it when it sees us gone
-        raise SystemExit(EXIT_ENV_ERRORS)
+    def replaced(self, split: int, slot: int, t: int | None) -> int:
+        """Count the env instances the split's backend replaced (returned); a failed step `t` is marked invalid."""
+        faults = getattr(self.envs[split], "faults", None)
+        if not faults:
+            return 0
+        for fault in faults:
+            if fault.where == "step" and t is not None:
+                self.valid[slot, t, fault.index] = False
+        self.errors += len(faults)
+        self.env_errors[self.worker] += len(faults)
+        last = faults[-1]
+        report(self.channels, "env_error", self.worker,
+               {"message": last.message, "where": last.where, "count": self.errors, "worker": self.worker,
+                "action": f"replaced env {split * self.cfg.envs_per_split + last.index} with a fresh instance "
+                          f"(its episode dropped{', the step left out of training' if last.where == 'step' else ''})"})
+        count = len(faults)
+        faults.clear()
+        return count
+
+    def fatal(self, message: str) -> NoReturn:
+        """Stop the run: report (never dropped), then wait for the runner's stop so it reads the report first."""
+        try:
+            self.channels.reports.put(("fatal", self.worker, time.time(), {"message": f"rollout-{self.worker}: "
+                                       f"{message}; stopping.", "code": "env_broken"}), timeout=FATAL_PUT_TIMEOUT_S)
+        except Full:
+            raise SystemExit(EXIT_ENV_ERRORS) from None
+        while not self.channels.stopping:
+            self.heartbeat()
+            time.sleep(0.05)
+        raise SystemExit(0)
 
     def idle(self) -> None:
         """Called while waiting for actions: heartbeat, and re-send requests a dead policy worker lost."""

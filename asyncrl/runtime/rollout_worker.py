@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from asyncrl.config import Config
+from asyncrl.envs.base import EnvBroken
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.liveness import NO_OWNER
@@ -21,12 +22,14 @@ from asyncrl.runtime.shared import SharedArrays
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
     init_child(f"asyncrl-rollout-{worker}", cfg.rollout_nice)
     obs, actions, rewards, dones = traj["obs"], traj["actions"], traj["rewards"], traj["dones"]
+    valid = traj["valid"]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
     my_queue = channels.actions_ready[worker]
-    guard = RolloutGuard(worker, cfg, channels, obs, slots, steps)  # env errors, heartbeats, lost requests
+    guard = RolloutGuard(worker, cfg, channels, obs, valid, slots, steps)  # env errors, heartbeats, lost requests
     owner, want, acted = guard.owner, guard.want, guard.acted
     envs = guard.make_envs()
+    faults = guard.faults()  # per split: env instances its backend replaced during the last step
 
     for split in range(cfg.worker_splits):
         slot = get_or_stop(channels.free, channels, idle=guard.heartbeat)
@@ -35,7 +38,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         guard.begin(split, slot)
 
     stats = IntervalStats(channels, "rollout", worker)
-    for key in ("env_steps", "t_env", "t_wait", "t_wait_slot"):
+    for key in ("env_steps", "env_errors", "t_env", "t_wait", "t_wait_slot"):
         stats.add(key, 0)
     stats.extend("episodes", [])
     while True:
@@ -47,12 +50,18 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         slot, t = slots[split], steps[split]
         if acted[slot] != t:  # a stale or repeated wake-up: this step's actions are not written yet
             continue
+        valid[slot, t] = True
         try:
             finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t])
-        except Exception as exc:  # the env is reset and the split's trajectory starts over
+        except EnvBroken as exc:  # a fresh instance failed before its first step
+            guard.fatal(str(exc))
+        except Exception as exc:  # a backend that cannot replace one env: reset the split, start over
             guard.env_error(exc, "step")
+            stats.add("env_errors", 1)
             guard.begin(split, slot)
             continue
+        if faults[split]:
+            stats.add("env_errors", guard.replaced(split, slot, t))
         t2 = time.monotonic()
         if finished:
             stats.extend("episodes", [(e.ret, e.length) for e in finished])

@@ -25,7 +25,7 @@ from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.process import mark_parent
+from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.shared import SharedWeights
 from asyncrl.runtime.supervisor import (
@@ -42,6 +42,7 @@ SHUTDOWN_TIMEOUT_S = 8.0
 
 def _child_main(module: str, function: str, *args) -> None:
     """Fork target: import the component's module inside the child (so torch never loads in the runner)."""
+    ignore_group_signals()  # before the (slow) import: a group-wide SIGTERM must not kill a starting child
     getattr(importlib.import_module(module), function)(*args)
 
 
@@ -53,6 +54,7 @@ class Totals:
     """Counters over the whole run and over the current report interval."""
 
     env_steps: int = 0
+    env_errors: int = 0  # as reported with the env steps (for the error rate; the counters come from liveness)
     episodes: int = 0
     dropped_stale: int = 0
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -98,6 +100,8 @@ class Runner:
         self.out = out
         self.spec = make_env_spec(cfg.env)
         self.stop_reason: str | None = None
+        self.t_signal: float | None = None  # time.monotonic() of the first stop signal
+        self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
         self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
         self._spawn_args: dict[str, tuple] = {}
@@ -135,9 +139,10 @@ class Runner:
         self.channels.free.put_many(list(range(free)))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
         self.metrics = distributed.metrics_writer(cfg.run_dir) or MetricsWriter(cfg.run_dir)  # torchrun hook
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
+        run_error: RunError | None = None
         try:
             self.supervisor.start_repair()
             self._start_processes()
@@ -145,7 +150,8 @@ class Runner:
             self._loop()
             code = 0
         except RunError as exc:
-            self.out(f"asyncrl: error: {exc}", file=sys.stderr)
+            run_error = exc
+            self.saved_before_stop = self.supervisor.last_saved
         except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
             write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
@@ -158,16 +164,33 @@ class Runner:
             except OSError:
                 pass
             os.close(self.weights.fd)
+        if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
+            final = self.supervisor.last_saved
+            final = final if final is not self.saved_before_stop else None
+            hint = f" {self.supervisor.checkpoint_hint(final)}" if run_error.hint else ""
+            self.out(f"asyncrl: error: {run_error}{hint}", file=sys.stderr)
         if write_error:  # reported after the shutdown, which may still have saved a checkpoint
             self.out(f"asyncrl: error: {write_error} {self.supervisor.checkpoint_hint()}", file=sys.stderr)
         elif code == 0 and self.supervisor.save_failed:
             self.out(f"asyncrl: error: the final checkpoint was not saved ({self.supervisor.save_failed}). "
                      f"{self.supervisor.checkpoint_hint()}", file=sys.stderr)
             code = 1
+        if code == 0:
+            self._say_final_checkpoint()
         return code
 
+    def _say_final_checkpoint(self) -> None:
+        saved = self.supervisor.last_saved
+        after = "" if self.t_signal is None else (
+            f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
+        if saved:
+            self.out(f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
+                     f"{saved['env_steps']:,} env steps){after}", flush=True)
+
     def _on_signal(self, signum, _frame) -> None:
-        self.stop_reason = signal.Signals(signum).name
+        if self.stop_reason is None:
+            self.stop_reason = signal.Signals(signum).name
+            self.t_signal = time.monotonic()
 
     def _spawn(self, name: str, module: str, function: str, *args) -> None:
         ctx = mp.get_context("fork")
@@ -235,7 +258,8 @@ class Runner:
             if not first_frames and self.totals.env_steps > start_steps:
                 first_frames = True
                 self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
-            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version))
+            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version),
+                                  env_errors=(self.totals.env_steps, self.totals.env_errors))
             now = time.monotonic()
             if now - self.last_report >= cfg.report_interval and not cfg.deterministic:
                 self._report_interval(now)
@@ -286,22 +310,25 @@ class Runner:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2)
-        self._drain_reports()
+        # The final save's report; a later fatal report (e.g. every rollout worker's envs broke) adds nothing.
+        self._drain_reports(skip_fatal=True)
 
     # ----- statistics -----
-    def _drain_reports(self) -> None:
+    def _drain_reports(self, skip_fatal: bool = False) -> None:
         while True:
             try:
                 messages = self.channels.reports.get_many(block=False, max_messages_to_get=1000)
             except Empty:
                 return
             for kind, _, _, payload in messages:
-                self._handle(kind, payload)
+                if not (skip_fatal and kind == "fatal"):
+                    self._handle(kind, payload)
 
     def _handle(self, kind: str, payload: dict) -> None:
         t = self.totals
         if kind == "rollout":
             t.env_steps += int(payload["env_steps"])
+            t.env_errors += int(payload.get("env_errors", 0))
             for ret, length in payload["episodes"]:
                 t.returns.append(ret)
                 t.lengths.append(length)
@@ -324,7 +351,7 @@ class Runner:
             record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
                                                time.time() - self.t_start)
             self.metrics.write(record, step=record["frames"])
-            raise RunError(payload["message"])
+            raise RunError(payload["message"], hint=payload.get("hint", True))
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
         elif kind in ("env_error", "saved", "save_failed"):

@@ -6,8 +6,9 @@
 - A process whose heartbeat (`asyncrl.runtime.liveness`) is older than `--hang-timeout` is named, killed
   and handled as dead; one that never beat gets `STARTUP_GRACE_S`. The whole run also stops if neither env
   steps nor policy versions move for `STALL_FACTOR` hang timeouts.
-- More than `MAX_RESTARTS` restarts of one process within `RESTART_WINDOW_S`, a dead or hung learner: the
-  run stops with one line naming the cause and the last checkpoint.
+- More than `MAX_RESTARTS` restarts of one process within `RESTART_WINDOW_S`, a dead or hung learner, or env
+  instances raising in more than `--max-env-error-rate` of the env steps over `ENV_ERROR_WINDOW_S`: the run
+  stops with one line naming the cause (the runner adds which checkpoint remains).
 - A thread repairs queue locks that a killed process left held (`asyncrl.runtime.queue_repair`).
 
 The runner never imports torch, and neither does this module.
@@ -31,7 +32,7 @@ from asyncrl.runtime.channels import Channels, drain
 from asyncrl.runtime.checkpoint import checkpoint_dir, list_checkpoints
 from asyncrl.runtime.liveness import read_words, release_slots
 from asyncrl.runtime.queue_repair import QueueRepair, RepairThread
-from asyncrl.runtime.rollout_guard import ENV_ERROR_LIMIT, EXIT_ENV_ERRORS
+from asyncrl.runtime.rollout_guard import EXIT_ENV_ERRORS
 
 RESTART_WINDOW_S = 300.0
 MAX_RESTARTS = 5  # restarts of one process within the window; one more failure stops the run
@@ -39,10 +40,20 @@ STARTUP_GRACE_S = 120.0  # a process that has not beaten yet (importing torch, l
 STALL_FACTOR = 2.0
 CHECK_EVERY_S = 0.25
 ENV_ERROR_PRINT_EVERY_S = 10.0
+ENV_ERROR_WINDOW_S = 60.0  # the env error rate is judged over this much of the recent past
+ENV_ERROR_MIN = 10  # errors in the window before a rate can stop the run (a few early errors are not a rate)
 
 
 class RunError(RuntimeError):
-    """The run could not continue (a component died or failed); message is for the user."""
+    """The run could not continue (a component died or failed); message is for the user.
+
+    Unless `hint` is False, the runner adds which checkpoint remains once the shutdown (and with it the
+    learner's final save) is over.
+    """
+
+    def __init__(self, message: str, hint: bool = True) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass
@@ -85,6 +96,9 @@ class Supervisor:
         self.members: dict[str, Member] = {}
         self.worker_restarts = self.policy_restarts = self.env_errors_base = 0
         self.save_failed: str | None = None
+        self.last_saved: dict | None = None  # the learner's latest "saved" report: version, env_steps, path
+        self.last_env_error: dict | None = None
+        self._error_window: deque[tuple[float, int, int]] = deque()  # (time, env steps, env errors)
         self._last_check = 0.0
         self._progress: tuple[object, float] = (None, time.monotonic())
         self._env_error_printed: dict[int, float] = {}
@@ -114,8 +128,11 @@ class Supervisor:
         self._beats(member.kind)[member.index] = 0.0
 
     # ----- checks (runner loop) -----
-    def check(self, progress: object = None) -> None:
-        """Restart dead or hung workers; raise RunError when the run cannot go on."""
+    def check(self, progress: object = None, env_errors: tuple[int, int] | None = None) -> None:
+        """Restart dead or hung workers; raise RunError when the run cannot go on.
+
+        `progress` changes whenever the run moves; `env_errors` is (env steps, env errors) as reported together.
+        """
         now = time.monotonic()
         if now - self._last_check < CHECK_EVERY_S:
             return
@@ -129,6 +146,8 @@ class Supervisor:
             self._check_heartbeat(name, now)
         if progress is not None:
             self._check_progress(progress, now)
+        if env_errors is not None:
+            self._check_env_error_rate(*env_errors, now)
 
     def _beats(self, kind: str):
         return self.live[f"beat_{kind}"]
@@ -153,7 +172,23 @@ class Supervisor:
         limit = STALL_FACTOR * self.cfg.hang_timeout
         if now - since > limit:
             raise RunError(f"no env steps and no learner updates for {now - since:.0f} s although every process "
-                           f"is alive; stopping. {self.checkpoint_hint()}")
+                           f"is alive; stopping.")
+
+    def _check_env_error_rate(self, env_steps: int, errors: int, now: float) -> None:
+        window = self._error_window
+        window.append((now, env_steps, errors))
+        while now - window[0][0] > ENV_ERROR_WINDOW_S:
+            window.popleft()
+        t0, steps0, errors0 = window[0]
+        new_errors, new_steps = errors - errors0, env_steps - steps0
+        if new_errors < ENV_ERROR_MIN or new_errors <= self.cfg.max_env_error_rate * new_steps:
+            return
+        last = self.last_env_error or {}
+        raise RunError(
+            f"env {self.cfg.env} raised in {new_errors:,} of {new_steps:,} env steps over the last {now - t0:.0f} s "
+            f"({new_errors / max(new_steps, 1):.1%}, above --max-env-error-rate {self.cfg.max_env_error_rate:g}); "
+            f"the last: rollout-{last.get('worker', '?')}: {last.get('message', '?')} in {last.get('where', '?')}; "
+            f"stopping.")
 
     def _died(self, name: str, proc: Any) -> None:
         member = self.members[name]
@@ -164,14 +199,14 @@ class Supervisor:
             cause += f" ({words})"
         member.cause = None
         if member.kind == "learner":
-            raise RunError(f"the learner {cause}; stopping. {self.checkpoint_hint()}")
+            raise RunError(f"the learner {cause}; stopping.")
         now = time.monotonic()
         member.restarts.append(now)
         while now - member.restarts[0] > RESTART_WINDOW_S:
             member.restarts.popleft()
         if len(member.restarts) > MAX_RESTARTS:
             raise RunError(f"{name} failed {len(member.restarts)} times in {RESTART_WINDOW_S / 60:.0f} min (last: "
-                           f"it {cause}); stopping. {self.checkpoint_hint()}")
+                           f"it {cause}); stopping.")
         if member.kind == "rollout":
             slots = release_slots(self.live, member.index)
             drain(self.channels.actions_ready[member.index])
@@ -189,7 +224,11 @@ class Supervisor:
         self.out(f"asyncrl: {name} {cause}; {what} [{len(member.restarts)} of {MAX_RESTARTS} restarts allowed "
                  f"in {RESTART_WINDOW_S / 60:.0f} min]", flush=True)
 
-    def checkpoint_hint(self) -> str:
+    def checkpoint_hint(self, final: dict | None = None) -> str:
+        """Which checkpoint remains; `final`: the learner's "saved" report of its save at this stop, if any."""
+        if final:
+            return (f"The learner saved a final checkpoint, {os.path.basename(final['path'])} (policy version "
+                    f"{final['version']}), in {checkpoint_dir(self.cfg.run_dir)}; continue with --resume")
         found = list_checkpoints(self.cfg.run_dir)
         if not found:
             return "No checkpoint had been saved."
@@ -200,13 +239,16 @@ class Supervisor:
     def handle(self, kind: str, payload: dict) -> None:
         """Reports about faults: env errors, a worker giving up, checkpoint saves."""
         if kind == "env_error":
+            self.last_env_error = payload
             worker, now = int(payload.get("worker", -1)), time.monotonic()
             if now - self._env_error_printed.get(worker, -1e9) >= ENV_ERROR_PRINT_EVERY_S:
                 self._env_error_printed[worker] = now
                 self.out(f"asyncrl: rollout-{worker}: env raised {payload['message']} in {payload['where']}; "
-                         f"reset it ({payload['count']} of {ENV_ERROR_LIMIT} errors before a restart)", flush=True)
+                         f"{payload.get('action', 'reset it')} ({payload['count']} env errors in this worker; the run "
+                         f"stops above --max-env-error-rate {self.cfg.max_env_error_rate:g})", flush=True)
         elif kind == "saved":
             self.save_failed = None
+            self.last_saved = payload
         elif kind == "save_failed":
             self.save_failed = payload["message"]
             self.out(f"asyncrl: warning: {payload['message']}; training goes on, the previous checkpoints are kept",

@@ -1,7 +1,7 @@
 """The shared trajectory buffer: preallocated slots that rollout workers fill and the learner consumes.
 
 A slot holds one trajectory of one worker split: `rollout` steps of `envs_per_split` envs stepped together.
-Rollout workers write observations, rewards and dones; policy workers write actions, log-probs and the
+Rollout workers write observations, rewards, dones and step validity; policy workers write actions, log-probs and the
 policy version that acted. Queues only ever carry slot indices.
 """
 
@@ -34,6 +34,7 @@ def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:
         "rewards": ((s, t, e), np.dtype(np.float32)),
         "dones": ((s, t, e), np.dtype(np.bool_)),
         "versions": ((s, t), np.dtype(np.int64)),  # policy version that chose each step's actions
+        "valid": ((s, t, e), np.dtype(np.bool_)),  # False: the env raised in this step (left out of training)
     }
 
 
