@@ -243,11 +243,12 @@ def test_a_dead_rollout_workers_slots_go_back_into_circulation() -> None:
             return len(got)
 
         pids: set[float] = set()
-        while len(pids) < 2 or live["slot_owner"][:].tolist().count(0) == 0:
-            take(True, 10)  # until both workers deliver and worker 0 holds slots mid-trajectory
+        deadline = time.monotonic() + 60
+        while (len(pids) < 2 or not (live["slot_owner"] == 0).any()) and time.monotonic() < deadline:
+            take(True, 0.1)  # until both workers deliver and worker 0 holds slots mid-trajectory
+        assert len(pids) == 2, "the workers never delivered"
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(10)
-        deadline = time.monotonic() + 30
         while supervisor.worker_restarts == 0 and time.monotonic() < deadline:
             supervisor.check()
             take(True, 0.05)
