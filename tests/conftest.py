@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from asyncrl.diagnostics.metrics import read_metrics as read_run_metrics
@@ -102,16 +104,32 @@ def wait_for(predicate: Callable[[], Any], timeout: float, proc: subprocess.Pope
     return None
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+# What this project can put in /dev/shm: faster-fifo's multiprocessing arenas (`pym-<pid>-*`, unlinked at once
+# unless the creator is killed in between; see runtime/supervisor.py clean_stale_shm) and anything named asyncrl.
+# Other programs' files (and other test runs' short-lived arenas on a shared machine) are not ours to judge.
+_PROJECT_SHM = re.compile(r"^pym-(\d+)-|asyncrl")
+
+
+def shm_entries(pids: set[int] | None = None) -> set[str]:
+    """This project's entries in /dev/shm; with `pids`, only the arenas those processes created."""
+    names = set(os.listdir(SHM)) if SHM.is_dir() else set()
+    ours = set()
+    for name in names:
+        match = _PROJECT_SHM.search(name)
+        if match and (pids is None or match.group(1) is None or int(match.group(1)) in pids):
+            ours.add(name)
+    return ours
 
 
 @pytest.fixture
 def shm_guard() -> Iterator[set[str]]:
-    """Fails the test if it leaves new entries in /dev/shm."""
+    """Fails the test if this process or its children leave project entries in /dev/shm."""
     before = shm_entries()
     yield before
-    leaked = shm_entries() - before
+    mine = {os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))}
+    leaked = {name for name in shm_entries() - before
+              if not (m := _PROJECT_SHM.search(name)) or m.group(1) is None or int(m.group(1)) in mine
+              or not psutil.pid_exists(int(m.group(1)))}
     assert not leaked, f"left in /dev/shm: {sorted(leaked)}"
 
 

@@ -30,9 +30,15 @@ def test_unknown_env_names_a_close_match(tmp_path: Path) -> None:
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
+def suggestions(line: str) -> list[str]:
+    """The names after "did you mean:" (the bad input itself is quoted earlier in the line)."""
+    return line.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
+
+
 def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
     result = run_cli([*FAST, "--env", "atari_pongg"], tmp_path)
-    assert_user_error(result, "atari_pong")
+    line = assert_user_error(result, "unknown env 'atari_pongg'", "did you mean: ")
+    assert "atari_pong" in suggestions(line), line
 
 
 @pytest.mark.parametrize(("flags", "expected"), [

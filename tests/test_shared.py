@@ -1,20 +1,27 @@
-"""Shared buffers, the weights seqlock and the queues, across real forked processes; Config.validate."""
+"""Shared buffers, the weights seqlock, the queues and the real worker bodies in forked processes; Config.validate."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+import trace_env
 from faster_fifo import Queue
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.runtime.channels import Channels, Empty, drain, get_or_stop
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime.channels import Channels, Empty, get_or_stop
+from asyncrl.runtime.liveness import NO_OWNER
+from asyncrl.runtime.rollout_worker import run_rollout_worker
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
+from asyncrl.runtime.supervisor import Supervisor
 from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
 
 FORK = mp.get_context("fork")
@@ -99,53 +106,168 @@ def test_shared_arrays_round_trip_across_processes() -> None:
     join_ok(proc)
 
 
-def test_trajectory_slots_follow_the_engine_protocol_across_processes() -> None:
-    """A forked 'rollout worker' and the parent as 'policy worker' + 'learner', with the real message shapes."""
-    cfg = Config(env="null", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
-                 minibatches=1)
+# --- the real worker bodies on real slots and queues; the test plays the learner -------------------------
+
+TRACE = "trace_env:make_trace_env"  # tests/trace_env.py: observations say which env made them, and after what
+
+
+def engine(**overrides: object) -> tuple[Config, EnvSpec, SharedArrays, Channels, SharedWeights]:
+    """What the runner allocates before it forks: config, slots (all free), queues, and the weights."""
+    settings = {"env": TRACE, "workers": 2, "envs_per_worker": 4, "worker_splits": 2, "rollout": 5,
+                "batch_size": 20, "minibatches": 1, "rollout_nice": 0, "policy_nice": 0, **overrides}
+    cfg = Config(**settings)
     cfg.validate()
-    traj = allocate_trajectories(cfg, NULL_SPEC)
-    channels = Channels.create(cfg.workers, num_slots(cfg))
+    spec = make_env_spec(cfg.env)
+    channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
     channels.free.put_many(list(range(num_slots(cfg))))
+    weights = SharedWeights()
 
-    def rollout_worker() -> None:
-        for _ in range(2):  # two trajectories
-            slot = get_or_stop(channels.free, channels)
-            assert slot is not None
-            for t in range(cfg.rollout):
-                traj["obs"][slot, t] = 100 * slot + t
-                channels.requests.put((0, 0, slot, t))
-                split = get_or_stop(channels.actions_ready[0], channels)
-                assert split == 0
-                np.testing.assert_array_equal(traj["actions"][slot, t], [t % 2, (t + 1) % 2])
-                traj["rewards"][slot, t] = t
-                traj["dones"][slot, t] = t == cfg.rollout - 1
-            traj["obs"][slot, cfg.rollout] = -1.0  # bootstrap observation
-            channels.full.put(slot)
+    def learner_start() -> None:  # the learner's first publication, in a child (the parent stays torch-free)
+        import torch
 
-    proc = fork(rollout_worker)
-    full: list[int] = []
-    while len(full) < 2:
-        try:
-            worker, split, slot, t = channels.requests.get(timeout=0.05)
-        except Empty:
-            full.extend(take_all(channels.full))
-            continue
-        assert (worker, split) == (0, 0)
-        assert (traj["obs"][slot, t] == 100 * slot + t).all(), "policy side sees a stale observation"
-        traj["actions"][slot, t] = [t % 2, (t + 1) % 2]
-        traj["logp"][slot, t] = -0.5
-        traj["versions"][slot, t] = 7
-        channels.actions_ready[worker].put(split)
-    join_ok(proc)
-    full.extend(take_all(channels.full))
-    assert len(full) == 2 and len(set(full)) == 2
-    for slot in full:
-        np.testing.assert_array_equal(traj["rewards"][slot], np.arange(4, dtype=np.float32)[:, None].repeat(2, 1))
-        np.testing.assert_array_equal(traj["dones"][slot, :, 0], [False, False, False, True])
-        assert (traj["obs"][slot, cfg.rollout] == -1.0).all()
-        assert (traj["versions"][slot] == 7).all() and (traj["logp"][slot] == -0.5).all()
-    assert drain(channels.free) == num_slots(cfg) - 2
+        from asyncrl.models.actor_critic import build_model
+        from asyncrl.runtime.learner import WeightsPublisher
+
+        torch.set_num_threads(1)
+        WeightsPublisher(build_model(spec, cfg.hidden_size, cfg.normalize_obs), weights).publish(1)
+
+    join_ok(fork(learner_start))
+    return cfg, spec, allocate_trajectories(cfg, spec), channels, weights
+
+
+def policy_worker_body(*args: object) -> None:
+    from asyncrl.runtime.policy_worker import run_policy_worker  # torch loads in the child only
+
+    run_policy_worker(*args)
+
+
+def start_workers(cfg: Config, spec: EnvSpec, traj: SharedArrays, channels: Channels,
+                  weights: SharedWeights) -> dict[str, mp.process.BaseProcess]:
+    procs = {f"policy-{i}": fork(policy_worker_body, i, cfg, spec, traj, weights, channels)
+             for i in range(cfg.policy_workers)}
+    procs.update({f"rollout-{w}": fork(run_rollout_worker, w, cfg, traj, channels) for w in range(cfg.workers)})
+    return procs
+
+
+def republish(weights: SharedWeights, version: int) -> None:
+    """A new policy version (same numbers): what the learner publishes after an update."""
+    flat = weights.attach()
+    assert flat is not None
+    weights.publish(flat.copy(), version)
+
+
+def check_trajectory(snap: dict[str, np.ndarray], rollout: int) -> None:
+    """One slot as the learner receives it, against what the trace env and the policy worker must have written."""
+    obs, actions, rewards, dones = snap["obs"], snap["actions"], snap["rewards"], snap["dones"]
+    assert set(np.unique(actions)) <= {0, 1}
+    np.testing.assert_array_equal(rewards, actions)  # the trace env rewards the action it was given
+    np.testing.assert_allclose(snap["logp"], np.log(0.5), atol=0.05)  # a fresh policy is near uniform
+    assert (np.diff(snap["versions"]) >= 0).all(), snap["versions"]
+    for t in range(rollout):
+        now, nxt = obs[t], obs[t + 1]
+        np.testing.assert_array_equal(nxt[:, :2], now[:, :2])  # same env (pid, instance) in every column
+        for e in range(obs.shape[1]):
+            if dones[t, e]:  # same-step auto-reset
+                assert now[e, 2] == trace_env.EPISODE_LEN - 1 and nxt[e, 2] == 0 and nxt[e, 3] == -1, (t, e, obs)
+            else:
+                assert nxt[e, 2] == now[e, 2] + 1 and nxt[e, 3] == actions[t, e], (t, e, obs, actions)
+
+
+def test_real_workers_fill_slots_through_the_handshake() -> None:
+    """run_rollout_worker and run_policy_worker, forked as the runner forks them; the test takes full slots
+    as the learner does, checks each one, hands it back, and publishes a new policy version half-way."""
+    cfg, spec, traj, channels, weights = engine()
+    live = channels.live
+    procs = start_workers(cfg, spec, traj, channels, weights)
+    received: list[dict[str, np.ndarray]] = []
+    try:
+        while len(received) < 24:
+            slot = channels.full.get(timeout=30)
+            # The handshake ran for the last step, and no worker owns a full slot.
+            assert live["want"][slot] == live["acted"][slot] == cfg.rollout - 1
+            assert live["slot_owner"][slot] == NO_OWNER
+            received.append({name: traj[name][slot].copy() for name in traj})
+            channels.free.put(slot)
+            if len(received) == 8:
+                republish(weights, 2)
+    finally:
+        channels.request_stop()
+        for proc in procs.values():
+            join_ok(proc)
+    for snap in received:
+        check_trajectory(snap, cfg.rollout)
+    # Each split's trajectories follow on from one another: a slot starts with the previous one's bootstrap obs.
+    by_split: dict[tuple[float, float], list[dict[str, np.ndarray]]] = {}
+    for snap in received:
+        by_split.setdefault(tuple(snap["obs"][0, 0, :2]), []).append(snap)
+    assert len(by_split) == cfg.workers * cfg.worker_splits, sorted(by_split)
+    assert len({pid for pid, _ in by_split}) == cfg.workers
+    for chain in by_split.values():
+        for before, after in zip(chain, chain[1:]):
+            np.testing.assert_array_equal(after["obs"][0], before["obs"][cfg.rollout])
+            assert after["versions"][0] >= before["versions"][-1]
+    versions = np.concatenate([snap["versions"] for snap in received])
+    assert set(np.unique(versions)) == {1, 2}, "the policy worker must pick up the new version"
+
+
+def test_a_dead_rollout_workers_slots_go_back_into_circulation() -> None:
+    """SIGKILL a rollout worker mid-run; the real Supervisor restarts it. Every slot is then in exactly one
+    place: free, full, held by a worker (slot_owner), or held by the learner."""
+    cfg, spec, traj, channels, weights = engine()
+    live, slots = channels.live, num_slots(cfg)
+    procs = start_workers(cfg, spec, traj, channels, weights)
+    supervisor = Supervisor(cfg, channels, procs, lambda name: None, out=lambda *a, **k: None)
+
+    def respawn(name: str) -> None:
+        supervisor.spawned(name)
+        procs[name] = fork(run_rollout_worker, int(name.split("-")[1]), cfg, traj, channels)
+
+    supervisor.respawn = respawn
+    for name in procs:
+        supervisor.spawned(name)
+    supervisor.start_repair()  # as the runner does: a worker killed inside a queue operation leaves its lock held
+    victim = procs["rollout-0"]
+    held: list[int] = []  # full slots the "learner" has taken and not handed back
+    try:
+        def take(recycle: bool, timeout: float) -> int:
+            try:
+                got = channels.full.get_many(timeout=timeout)
+            except Empty:
+                return 0
+            for slot in got:
+                pids.add(float(traj["obs"][slot, 0, 0, 0]))
+            if recycle:
+                channels.free.put_many(got)
+            else:
+                held.extend(got)
+            return len(got)
+
+        pids: set[float] = set()
+        deadline = time.monotonic() + 60
+        while (len(pids) < 2 or not (live["slot_owner"] == 0).any()) and time.monotonic() < deadline:
+            take(True, 0.1)  # until both workers deliver and worker 0 holds slots mid-trajectory
+        assert len(pids) == 2, "the workers never delivered"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+        while supervisor.worker_restarts == 0 and time.monotonic() < deadline:
+            supervisor.check()
+            take(True, 0.05)
+        assert supervisor.worker_restarts == 1
+        new_pid = float(procs["rollout-0"].pid)
+        while new_pid not in pids and time.monotonic() < deadline:  # the replacement delivers trajectories
+            take(True, 0.1)
+        assert new_pid in pids, "the restarted worker never filled a slot"
+        while take(False, 1.0):  # stop handing slots back: the workers run out and block on `free`
+            pass
+    finally:
+        channels.request_stop()
+        for proc in procs.values():
+            join_ok(proc)
+        supervisor.stop_repair()
+    queued_full, queued_free = take_all(channels.full), take_all(channels.free)
+    owned = np.flatnonzero(live["slot_owner"] != NO_OWNER).tolist()
+    everywhere = held + queued_full + queued_free + owned
+    assert sorted(everywhere) == list(range(slots)), (held, queued_full, queued_free, owned)
 
 
 def test_stop_flag_releases_a_blocked_child() -> None:
@@ -208,6 +330,73 @@ def test_weights_published_by_one_child_are_read_whole_by_another() -> None:
     dest = np.zeros(numel, dtype=np.float32)
     assert weights.version == versions
     assert weights.read_into(dest) == versions and (dest == versions).all()
+    os.close(weights.fd)
+
+
+def test_readers_spinning_on_a_held_write_never_accept_a_copy() -> None:
+    """The writer stops half-way through publishing version 2 (sequence odd, half the vector new) while forked
+    readers spin: every read in that window must be refused, and after the writer finishes they get version 2
+    whole."""
+    numel = 1 << 16
+    weights = SharedWeights()
+    flat = weights.allocate(numel)
+    weights.publish(np.ones(numel, dtype=np.float32), 1)
+    results = Queue(max_size_bytes=100_000)
+    weights._ctl["seq"][0] = 3  # publish(..., 2), held half-way: odd sequence, first half already new
+    flat[: numel // 2] = 2.0
+
+    def reader() -> None:
+        dest = np.empty(numel, dtype=np.float32)
+        refused = 0
+        while (version := weights.read_into(dest)) is None:
+            refused += 1
+        assert (dest == dest[0]).all(), f"torn copy accepted as version {version}"
+        results.put((refused, version, float(dest[0])))
+
+    readers = [fork(reader) for _ in range(2)]
+    time.sleep(0.5)  # the readers spin against the held write
+    flat[numel // 2:] = 2.0
+    weights._ctl["seq"][0] = 4
+    for proc in readers:
+        join_ok(proc)
+    for _ in readers:
+        refused, version, value = results.get(timeout=5)
+        assert refused > 0 and version == 2 and value == 2.0, (refused, version, value)
+    os.close(weights.fd)
+
+
+class PublishDuringCopy(np.ndarray):
+    """A destination array whose next `np.copyto` into it first runs `writer`: a write that overlaps the copy."""
+
+    writer: Callable[[], None] | None = None
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.copyto and self.writer is not None:
+            writer, self.writer = self.writer, None
+            writer()
+        return super().__array_function__(func, types, args, kwargs)
+
+
+def test_a_read_that_overlaps_a_write_is_detected_and_retried() -> None:
+    """A read that starts on a complete version (even sequence) while the learner begins writing during the copy:
+    the sequence changed, so the copy is refused, and the next read returns the new version whole."""
+    numel = 1 << 12
+    weights = SharedWeights()
+    flat = weights.allocate(numel)
+    weights.publish(np.ones(numel, dtype=np.float32), 1)
+    dest = np.zeros(numel, dtype=np.float32).view(PublishDuringCopy)
+
+    def start_writing() -> None:
+        weights._ctl["seq"][0] = 3
+        flat[: numel // 2] = 2.0
+
+    dest.writer = start_writing
+    assert weights.read_into(dest) is None  # half old, half new: refused
+    flat[numel // 2:] = 2.0
+    weights._ctl["seq"][0] = 4
+    dest.writer = lambda: weights.publish(np.full(numel, 3.0, dtype=np.float32), 3)  # a whole version lands
+    assert weights.read_into(dest) is None  # the copy is version 3 but the read began on 2: refused too
+    assert weights.read_into(dest) == 3 and (np.asarray(dest) == 3.0).all()
     os.close(weights.fd)
 
 

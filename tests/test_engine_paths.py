@@ -1,0 +1,145 @@
+"""Engine paths end to end (`asyncrl-train` in a subprocess, real processes): two policy workers with --frames
+as the stopping rule, stale samples dropped under a tight --max-policy-lag, the final checkpoint on SIGTERM,
+and `asyncrl-enjoy` on a trained checkpoint against an untrained one.
+
+Each run is bounded by env steps (--frames) or by the test's own signal, with generous wall-clock timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from conftest import TrainRun, start_train, wait_for
+
+from asyncrl.config import Config
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.learner import Learner
+
+SMALL = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",
+         "--minibatches", "1", "--report-interval", "1", "--device", "cpu"]
+
+
+def children_by_title(run: TrainRun) -> dict[str, psutil.Process]:
+    found = {}
+    try:
+        descendants = psutil.Process(run.pid).children(recursive=True)
+    except psutil.Error:
+        return found
+    for child in descendants:
+        try:
+            found[child.cmdline()[0]] = child
+        except (psutil.Error, IndexError):
+            continue
+    return found
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def finish(run: TrainRun, timeout: float) -> int:
+    try:
+        return run.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"asyncrl-train still running after {timeout:.0f} s\n{run.stdout()[-3000:]}{run.stderr()[-2000:]}")
+
+
+def enjoy(run_dir: Path) -> float:
+    script = Path(sys.executable).with_name("asyncrl-enjoy")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "asyncrl.cli.enjoy"]
+    proc = subprocess.run([*cmd, str(run_dir), "--episodes", "5", "--greedy"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return float(proc.stdout.split("raw score mean ")[1].split(",")[0])
+def test_two_policy_workers_and_frames_stop_then_enjoy_beats_an_untrained_policy(tmp_path: Path,
+                                                                                  reap: list[TrainRun]) -> None:
+    """--policy-workers 2: both serve inference; --frames stops the run at (just after) the frame count; and
+    `asyncrl-enjoy` scores the final checkpoint well above the same model with untrained weights."""
+    frames = 30_000
+    run = start_train([*SMALL, "--policy-workers", "2", "--frames", str(frames)], tmp_path / "train", "pw2")
+    reap.append(run)
+    assert wait_for(lambda: run.records(), timeout=120, proc=run.proc), run.stdout()[-3000:] + run.stderr()
+    policy = {t: p for t, p in children_by_title(run).items() if t.startswith("asyncrl-policy-")}
+    assert sorted(policy) == ["asyncrl-policy-0", "asyncrl-policy-1"], sorted(children_by_title(run))
+    t0, cpu0 = time.monotonic(), {t: cpu_seconds(p) for t, p in policy.items()}
+    wait_for(lambda: (run.records() or [{}])[-1].get("frames", 0) >= frames * 0.6, timeout=120, proc=run.proc)
+    try:
+        share = {t: (cpu_seconds(p) - cpu0[t]) / (time.monotonic() - t0) for t, p in policy.items()}
+    except psutil.Error:
+        pytest.fail(f"the run ended before the policy workers could be measured\n{run.stdout()[-3000:]}")
+    assert finish(run, 180) == 0, run.stderr()
+    records = run.records()
+    last, peak_fps = records[-1], max(r["fps"] for r in records)
+    print(f"\n--policy-workers 2: share of a core while sampling {share}; last record at {last['frames']:,} frames "
+          f"(--frames {frames:,}), peak {peak_fps:,.0f} fps")
+    # Both served requests: an idle policy worker only polls its queue (measured: 0.1% of a core).
+    assert min(share.values()) > 0.01, share
+    # The runner's own count when it stopped (the last metrics record may be older: a tail under 1 s is skipped).
+    match = re.search(r"stopping \(frames\) after ([\d,]+) env steps", run.stdout())
+    assert match, run.stdout()[-3000:]
+    stopped_at = int(match.group(1).replace(",", ""))  # CartPole: one frame per env step
+    # At or just after the frame count: at most two seconds of sampling at the run's peak rate past it.
+    assert frames <= stopped_at <= frames + 2 * peak_fps, (stopped_at, peak_fps)
+    assert last["frames"] <= stopped_at
+    assert last["policy_version"] > 5 and last["episodes"] > 0
+
+    _, state = load_latest_checkpoint(str(run.run_dir))
+    cfg = Config.from_dict(json.loads(state["config"]))
+    torch.manual_seed(0)
+    fresh = Learner(cfg, make_env_spec(cfg.env), torch.device("cpu"))  # the same model, untrained
+    fresh_dir = tmp_path / "fresh"
+    save_checkpoint(str(fresh_dir), 1, {**state, "learner": fresh.state_dict()}, keep=1)
+    trained_score, fresh_score = enjoy(run.run_dir), enjoy(fresh_dir)
+    print(f"asyncrl-enjoy --greedy, 5 CartPole episodes: trained ({last['frames']:,} frames) {trained_score:g}, "
+          f"untrained {fresh_score:g}")
+    assert trained_score >= 2 * fresh_score and trained_score >= fresh_score + 50, (trained_score, fresh_score)
+
+
+def test_tight_max_policy_lag_drops_and_counts_stale_samples(tmp_path: Path, reap: list[TrainRun]) -> None:
+    """--max-policy-lag 0 with four workers' worth of trajectories in flight: most samples are one or more
+    updates old when the learner gets them, so they are dropped and counted."""
+    run = start_train([*SMALL, "--workers", "4", "--max-policy-lag", "0", "--frames", "8000"], tmp_path / "train",
+                      "lag0")
+    reap.append(run)
+    assert finish(run, 180) == 0, run.stdout()[-3000:] + run.stderr()
+    records = run.records()
+    assert records, run.stdout()
+    last = records[-1]
+    print(f"\n--max-policy-lag 0: dropped_stale {last['dropped_stale']:,} of {last['env_steps']:,} env steps")
+    assert last["dropped_stale"] > 0, last
+    lags = [r["policy_lag_max"] for r in records if r.get("policy_lag_max") is not None]
+    assert lags and max(lags) == 0, lags  # the kept samples
+
+
+def test_sigterm_saves_a_final_checkpoint_of_the_last_version(tmp_path: Path, reap: list[TrainRun]) -> None:
+    """With periodic checkpoints an hour apart, only the stop itself can have written one."""
+    run = start_train([*SMALL, "--checkpoint-interval", "3600", "--seconds", "300"], tmp_path / "train", "term")
+    reap.append(run)
+    reached = wait_for(lambda: next((r for r in run.records() if r.get("policy_version", 0) >= 5), None),
+                       timeout=120, proc=run.proc)
+    assert reached, run.stdout()[-3000:] + run.stderr()
+    assert not list_checkpoints(str(run.run_dir)), "no periodic checkpoint is due yet"
+    os.kill(run.pid, signal.SIGTERM)
+    assert finish(run, 60) == 0, run.stderr()
+    assert "stopping (SIGTERM)" in run.stdout()
+    last = run.records()[-1]
+    checkpoints = list_checkpoints(str(run.run_dir))
+    assert len(checkpoints) == 1, checkpoints
+    _, state = load_latest_checkpoint(str(run.run_dir))
+    version = int(Path(checkpoints[0]).stem.split("_")[1])
+    assert version == state["learner"]["version"]
+    # The learner may finish an update between the runner's last record and the stop command, never lose one.
+    assert last["policy_version"] <= version <= last["policy_version"] + 2, (last, version)
+    assert state["env_steps"] >= last["env_steps"]
