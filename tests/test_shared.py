@@ -119,7 +119,7 @@ def test_trajectory_slots_follow_the_engine_protocol_across_processes() -> None:
                 assert split == 0
                 np.testing.assert_array_equal(traj["actions"][slot, t], [t % 2, (t + 1) % 2])
                 traj["rewards"][slot, t] = t
-                traj["dones"][slot, t] = t == cfg.rollout - 1
+                traj["terminated"][slot, t] = t == cfg.rollout - 1
             traj["obs"][slot, cfg.rollout] = -1.0  # bootstrap observation
             channels.full.put(slot)
 
@@ -142,7 +142,7 @@ def test_trajectory_slots_follow_the_engine_protocol_across_processes() -> None:
     assert len(full) == 2 and len(set(full)) == 2
     for slot in full:
         np.testing.assert_array_equal(traj["rewards"][slot], np.arange(4, dtype=np.float32)[:, None].repeat(2, 1))
-        np.testing.assert_array_equal(traj["dones"][slot, :, 0], [False, False, False, True])
+        np.testing.assert_array_equal(traj["terminated"][slot, :, 0], [False, False, False, True])
         assert (traj["obs"][slot, cfg.rollout] == -1.0).all()
         assert (traj["versions"][slot] == 7).all() and (traj["logp"][slot] == -0.5).all()
     assert drain(channels.free) == num_slots(cfg) - 2

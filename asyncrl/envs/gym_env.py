@@ -51,7 +51,8 @@ class GymVecEnv(VecEnv):
         self._len[:] = 0
 
     def step(
-        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
+        truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
         if self.spec.discrete:
             acts = [int(a) + self._start for a in actions]
@@ -64,12 +65,15 @@ class GymVecEnv(VecEnv):
             reward_out[i] = reward
             self._ret[i] += reward
             self._len[i] += 1
-            done = bool(terminated or truncated)
-            done_out[i] = done
-            if done:
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i])))
+            cut = bool(truncated and not terminated)
+            terminated_out[i] = bool(terminated)
+            truncated_out[i] = cut
+            if terminated or truncated:
+                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut))
                 self._ret[i] = 0.0
                 self._len[i] = 0
+                if cut:
+                    final_obs_out[i] = obs
                 obs, _ = env.reset()
             obs_out[i] = obs
         return stats

@@ -38,8 +38,10 @@ def make_env_spec(name: str) -> EnvSpec:
         env.close()
 
 
-def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1) -> VecEnv:
-    """Create `num_envs` copies of env `name`; `training` and `num_threads` only affect Atari."""
+def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
+                 max_episode_frames: int | None = None) -> VecEnv:
+    """Create `num_envs` copies of env `name`; `training`, `num_threads` and `max_episode_frames` (None: the
+    backend's default) only affect Atari."""
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     if name == "null":
@@ -48,9 +50,10 @@ def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads
         game = name[len(ATARI_PREFIX) :]
         if game not in _rom_ids():
             raise _unknown(name)
-        from asyncrl.envs.atari import AtariVecEnv
+        from asyncrl.envs.atari import MAX_EPISODE_FRAMES, AtariVecEnv
 
-        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads)
+        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads,
+                           max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
     return GymVecEnv(name, _gym_factory(name), num_envs)
 
 
