@@ -53,6 +53,7 @@ class Totals:
     env_steps: int = 0
     episodes: int = 0
     episodes_truncated: int = 0  # episodes a time limit cut (truncated, not terminated)
+    truncations_unbootstrapped: int = 0  # trained-on truncations with no final observation (masked out)
     dropped_stale: int = 0
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     lengths: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -297,6 +298,7 @@ class Runner:
         elif kind == "learner":
             t.learner.append(payload)
             t.dropped_stale += payload.get("dropped_stale", 0)
+            t.truncations_unbootstrapped += payload.get("truncations_unbootstrapped", 0)
             t.policy_version = payload.get("policy_version", t.policy_version)
         elif kind == "fatal":
             record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
@@ -337,6 +339,7 @@ class Runner:
             "sps": steps / dt,
             "episodes": t.episodes,
             "episodes_truncated": t.episodes_truncated,
+            "truncations_unbootstrapped": t.truncations_unbootstrapped,
             "episode_return_mean": _mean_last(t.returns),
             "episode_return_mean_20": _mean_last(t.returns, 20),
             "episode_len_mean": _mean_last(t.lengths),
