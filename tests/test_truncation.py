@@ -133,3 +133,26 @@ def test_learner_bootstraps_from_the_stored_final_observation() -> None:
     assert discounts[1].tolist() == [0.0, 0.0] and discounts[3].tolist() == [0.0, 0.0]
     stats = learner.train(batch, frames=0)
     assert stats["truncations"] == 4 and stats["truncations_unbootstrapped"] == 2
+
+
+def test_atari_frame_cap_is_a_truncation() -> None:
+    pytest.importorskip("ale_py")
+    from asyncrl.envs.registry import make_vec_env
+
+    env = make_vec_env("atari_pong", 2, max_episode_frames=400)  # 100 agent steps at frameskip 4
+    obs = np.zeros((2, *env.spec.obs_shape), np.uint8)
+    rew, term, trunc = np.zeros(2, np.float32), np.zeros(2, bool), np.zeros(2, bool)
+    final = np.zeros_like(obs)
+    env.reset(0, obs)
+    before = obs.copy()
+    for step in range(1, 101):
+        before = obs.copy()
+        stats = env.step(np.zeros(2, np.int64), obs, rew, term, trunc, final)
+        if step < 100:
+            assert not trunc.any() and not term.any()
+    env.close()
+    assert trunc.all() and not term.any()
+    assert [(s.length, s.truncated) for s in stats] == [(100, True)] * 2
+    # the final frame stack continues the one before it (shifted by one frame); the new game's does not
+    np.testing.assert_array_equal(final[:, :3], before[:, 1:])
+    assert not np.array_equal(obs[:, :3], before[:, 1:])
