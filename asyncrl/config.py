@@ -64,6 +64,9 @@ class Config:
     policy_workers: int = field(default=1, metadata={"help": "inference processes"})
     rollout: int = field(default=32, metadata={"help": "trajectory length T (agent steps)"})
     env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
+    max_episode_frames: int = field(default=108_000, metadata={
+        "help": "Atari: cut a game after this many emulator frames (a truncation: the learner bootstraps from the "
+                "last observation, unlike a game over)"})
     # --- learning ---
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
     epochs: int = field(default=3, metadata={"help": "passes over each batch"})

@@ -24,11 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 RUN = ["--workers", "2", "--envs-per-worker", "8", "--report-interval", "2", "--hang-timeout", "60"]
 
 
-def _vec(factory, n: int = 3) -> tuple[GymVecEnv, np.ndarray, np.ndarray, np.ndarray]:
+def _vec(factory, n: int = 3) -> tuple[GymVecEnv, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """The backend, its observation and reward arrays, and (terminated, truncated, final_obs) for `step`."""
     env = GymVecEnv("x", factory, n)
     obs = np.zeros((n, 4), np.float32)
     env.reset(seed=0, obs_out=obs)
-    return env, obs, np.zeros(n, np.float32), np.zeros(n, bool)
+    return env, obs, np.zeros(n, np.float32), (np.zeros(n, bool), np.zeros(n, bool), np.zeros((n, 4), np.float32))
 
 
 def test_a_raising_env_instance_is_replaced_and_the_others_carry_on() -> None:
@@ -38,19 +39,21 @@ def test_a_raising_env_instance_is_replaced_and_the_others_carry_on() -> None:
         made.append(RaiseEvery(gym.make("CartPole-v1"), 5 if len(made) == 1 else 10**9))  # env 1's first instance
         return made[-1]
 
-    env, obs, reward, done = _vec(factory)
+    env, obs, reward, ends = _vec(factory)
     before = [e.unwrapped.state.copy() for e in env.envs]
     for _ in range(4):
-        env.step(np.zeros(3, np.int64), obs, reward, done)
+        env.step(np.zeros(3, np.int64), obs, reward, *ends)
     assert not env.faults
     first = env.envs[1]
-    env.step(np.zeros(3, np.int64), obs, reward, done)  # env 1's 5th step raises
+    env.step(np.zeros(3, np.int64), obs, reward, *ends)  # env 1's 5th step raises
     assert [(f.index, f.where) for f in env.faults] == [(1, "step")]
     assert "simulator crashed at step 5" in env.faults[0].message
     assert env.envs[1] is not first and env.envs[1] is made[-1] and len(made) == 4
-    assert done[1] and reward[1] == 0.0 and env._len[1] == 0  # the unfinished episode is dropped
+    terminated, truncated, _ = ends
+    # The unfinished episode is dropped; the failed step carries no episode-end flag (the worker marks it invalid).
+    assert not terminated[1] and not truncated[1] and reward[1] == 0.0 and env._len[1] == 0
     np.testing.assert_allclose(obs[1], env.envs[1].unwrapped.state, rtol=1e-6)  # the fresh instance's first observation
-    assert env._len[0] == env._len[2] == 5 and not done[0] and not done[2]  # the others carry on
+    assert env._len[0] == env._len[2] == 5 and not terminated[[0, 2]].any()  # the others carry on
     assert not np.allclose(before[0], env.envs[0].unwrapped.state)
 
 
@@ -63,11 +66,11 @@ def test_a_fresh_instance_that_fails_before_its_first_step_is_broken() -> None:
             raise OSError("simulator binary gone")
         return RaiseEvery(gym.make("CartPole-v1"), 3)
 
-    env, obs, reward, done = _vec(factory, n=2)
-    env.step(np.zeros(2, np.int64), obs, reward, done)
-    env.step(np.zeros(2, np.int64), obs, reward, done)
+    env, obs, reward, ends = _vec(factory, n=2)
+    env.step(np.zeros(2, np.int64), obs, reward, *ends)
+    env.step(np.zeros(2, np.int64), obs, reward, *ends)
     with pytest.raises(EnvBroken, match="fresh instance failed before its first step .creating it: OSError"):
-        env.step(np.zeros(2, np.int64), obs, reward, done)  # env 0 raises; no replacement can be made
+        env.step(np.zeros(2, np.int64), obs, reward, *ends)  # env 0 raises; no replacement can be made
 
     class BrokenReset(gym.Wrapper):
         def reset(self, **kwargs):
@@ -85,10 +88,11 @@ def test_a_failed_step_is_cut_out_of_the_loss_and_the_trace() -> None:
     t, b, bad_t, bad_env = 8, 4, 4, 2
     obs = torch.randn(t + 1, b, 4)
     base = Batch(obs=obs, actions=torch.randint(0, 2, (t, b)), behaviour_logp=torch.full((t, b), -0.69),
-                 rewards=torch.ones(t, b), dones=torch.zeros(t, b), lag=torch.zeros(t, b, dtype=torch.long),
+                 rewards=torch.ones(t, b), terminated=torch.zeros(t, b, dtype=torch.bool),
+                 truncated=torch.zeros(t, b, dtype=torch.bool), final_obs=torch.zeros(b, 4),
+                 final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.long),
                  valid=torch.ones(t, b, dtype=torch.bool))
     base.valid[bad_t, bad_env] = False
-    base.dones[bad_t, bad_env] = 1.0
     base.lag[bad_t + 1:, bad_env] = 100  # too stale to train: what follows the error may only act through the trace
 
     def grads(batch: Batch) -> list[torch.Tensor]:

@@ -24,8 +24,10 @@ def _custom_env_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TESTS_DIR))
 
 
-def buffers(spec: EnvSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return np.zeros((n, *spec.obs_shape), spec.obs_dtype), np.zeros(n, np.float32), np.zeros(n, bool)
+def buffers(spec: EnvSpec, n: int) -> tuple[np.ndarray, ...]:
+    """obs, reward, terminated, truncated and final-obs arrays for `VecEnv.step`."""
+    obs = np.zeros((n, *spec.obs_shape), spec.obs_dtype)
+    return obs, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), np.zeros_like(obs)
 
 
 def random_actions(spec: EnvSpec, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -39,7 +41,7 @@ def test_atari_pong_obs_and_clipped_rewards() -> None:
     env = make_vec_env("atari_pong", 2)
     assert env.spec == make_env_spec("atari_pong")
     assert env.spec.obs_shape == (4, 84, 84) and env.spec.obs_dtype == np.uint8 and env.spec.frameskip == 4
-    obs, rew, done = buffers(env.spec, 2)
+    obs, rew, done, trunc, final = buffers(env.spec, 2)
     env.reset(0, obs)
     assert obs.any()
     again = obs.copy()
@@ -49,7 +51,7 @@ def test_atari_pong_obs_and_clipped_rewards() -> None:
     rng = np.random.default_rng(0)
     rewards = []
     for _ in range(300):
-        env.step(random_actions(env.spec, 2, rng), obs, rew, done)
+        env.step(random_actions(env.spec, 2, rng), obs, rew, done, trunc, final)
         rewards.append(rew.copy())
     env.close()
     assert set(np.unique(rewards)) <= {-1.0, 0.0, 1.0}
@@ -113,7 +115,7 @@ def test_cartpole_same_step_autoreset_and_stats() -> None:
     n = 4
     env = make_vec_env("CartPole-v1", n)
     assert env.spec.frameskip == 1 and env.spec.obs_dtype == np.float32 and env.spec.discrete
-    obs, rew, done = buffers(env.spec, n)
+    obs, rew, done, trunc, final = buffers(env.spec, n)
     env.reset(3, obs)
     for i in range(n):  # env i is seeded with seed + i
         np.testing.assert_array_equal(obs[i], gym.make("CartPole-v1").reset(seed=3 + i)[0])
@@ -121,7 +123,7 @@ def test_cartpole_same_step_autoreset_and_stats() -> None:
     t = np.zeros(n, int)
     finished: list[EpisodeStats] = []
     for _ in range(300):
-        stats = env.step(random_actions(env.spec, n, rng), obs, rew, done)
+        stats = env.step(random_actions(env.spec, n, rng), obs, rew, done, trunc, final)
         t += 1
         assert np.all(rew == 1.0)
         assert [(s.ret, s.length) for s in stats] == [(float(t[i]), int(t[i])) for i in np.flatnonzero(done)]
@@ -148,15 +150,16 @@ def test_pendulum_actions_are_clipped() -> None:
     env = GymVecEnv("Pendulum-v1", lambda: RecordActions(gym.make("Pendulum-v1")), 3)
     assert env.spec == make_env_spec("Pendulum-v1")
     assert env.spec.action_shape == (1,) and env.spec.action_dtype == np.float32
-    obs, rew, done = buffers(env.spec, 3)
+    obs, rew, done, trunc, final = buffers(env.spec, 3)
     env.reset(0, obs)
     actions = np.array([[5.0], [-7.5], [0.5]], np.float32)
     all_stats = []
     for _ in range(200):
-        all_stats += env.step(actions, obs, rew, done)
+        all_stats += env.step(actions, obs, rew, done, trunc, final)
     np.testing.assert_array_equal([e.actions[-1] for e in env.envs], [[2.0], [-2.0], [0.5]])
     assert all(e.actions[-1].dtype == np.float32 for e in env.envs)
-    assert done.all() and [s.length for s in all_stats] == [200] * 3  # TimeLimit truncation
+    assert trunc.all() and not done.any() and [s.length for s in all_stats] == [200] * 3  # TimeLimit truncation
+    assert all(s.truncated for s in all_stats)
     assert all(s.ret < 0 for s in all_stats)
     env.close()
 
@@ -164,12 +167,12 @@ def test_pendulum_actions_are_clipped() -> None:
 def test_custom_env_by_module_callable() -> None:
     env = make_vec_env("custom_env:make_echo_env", 2)
     assert env.spec.obs_dtype == np.float32 and env.spec.action_shape == (2,)
-    obs, rew, done = buffers(env.spec, 2)
+    obs, rew, done, trunc, final = buffers(env.spec, 2)
     env.reset(0, obs)
-    env.step(np.array([[3.0, -3.0], [0.5, 1.5]], np.float32), obs, rew, done)
+    env.step(np.array([[3.0, -3.0], [0.5, 1.5]], np.float32), obs, rew, done, trunc, final)
     np.testing.assert_array_equal(obs, [[1.0, -2.0], [0.5, 1.5]])  # clipped to the Box bounds
-    env.step(np.zeros((2, 2), np.float32), obs, rew, done)
-    stats = env.step(np.ones((2, 2), np.float32), obs, rew, done)
+    env.step(np.zeros((2, 2), np.float32), obs, rew, done, trunc, final)
+    stats = env.step(np.ones((2, 2), np.float32), obs, rew, done, trunc, final)
     assert done.all() and np.all(obs == 0.0)  # episode of 3 steps, reset obs is zeros
     assert [(s.ret, s.length) for s in stats] == [(3.0, 3)] * 2
     env.close()
@@ -181,10 +184,10 @@ def test_custom_env_by_module_callable() -> None:
 def test_null_env() -> None:
     env = make_vec_env("null", 5)
     assert env.spec == make_env_spec("null") and env.spec.obs_shape == (4,) and env.spec.num_actions == 2
-    obs, rew, done = buffers(env.spec, 5)
+    obs, rew, done, trunc, final = buffers(env.spec, 5)
     env.reset(0, obs)
     for t in range(1, 201):
-        stats = env.step(np.zeros(5, np.int64), obs, rew, done)
+        stats = env.step(np.zeros(5, np.int64), obs, rew, done, trunc, final)
         assert np.all(rew == 1.0) and np.all(done == (t % 100 == 0))
         assert stats == ([EpisodeStats(100.0, 100)] * 5 if t % 100 == 0 else [])
 

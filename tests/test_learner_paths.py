@@ -36,7 +36,10 @@ def make_batch(seed: int, lag: torch.Tensor) -> Batch:
         actions=torch.randint(0, 2, (T, B), generator=g),
         behaviour_logp=torch.full((T, B), -0.69) + 0.1 * torch.randn(T, B, generator=g),
         rewards=torch.randn(T, B, generator=g),
-        dones=(torch.rand(T, B, generator=g) < 0.1).float(),
+        terminated=torch.rand(T, B, generator=g) < 0.1,
+        truncated=torch.zeros(T, B, dtype=torch.bool),
+        final_obs=torch.zeros(B, 4),
+        final_step=torch.full((B,), -1),
         lag=lag,
     )
 
@@ -90,7 +93,7 @@ def test_stale_samples_contribute_nothing_to_the_update() -> None:
 
     reference = trained(base)
     stale_rewritten = make_batch(0, lag)
-    for name in ("actions", "behaviour_logp", "rewards", "dones"):
+    for name in ("actions", "behaviour_logp", "rewards", "terminated"):
         getattr(stale_rewritten, name)[:, STALE] = getattr(other, name)[:, STALE]
     stale_rewritten.obs[:, STALE] = other.obs[:, STALE]
     for a, b in zip(reference, trained(stale_rewritten)):
@@ -128,7 +131,9 @@ def test_gather_batch_is_time_major_with_versions_aligned_to_columns() -> None:
     traj["actions"][:] = code[:, :t] % 2
     traj["logp"][:] = -code[:, :t]
     traj["rewards"][:] = code[:, :t]
-    traj["dones"][:] = (code[:, :t] % 3) == 0
+    traj["terminated"][:] = (code[:, :t] % 3) == 0
+    traj["truncated"][:] = False
+    traj["final_step"][:] = -1
     traj["versions"][:] = 100 * np.arange(s)[:, None] + np.arange(t)[None, :]
 
     slots = np.array([4, 1, 3])  # not in order: columns follow the order the slots were taken
@@ -137,7 +142,7 @@ def test_gather_batch_is_time_major_with_versions_aligned_to_columns() -> None:
     k = len(slots)
     assert batch.obs.shape == (t + 1, k * e, 4) and batch.obs.dtype == torch.float32
     assert batch.actions.shape == batch.rewards.shape == batch.lag.shape == (t, k * e)
-    assert batch.dones.dtype == torch.float32
+    assert batch.terminated.dtype == torch.bool
     for col in range(k * e):
         slot, env = slots[col // e], col % e
         for step in range(t + 1):
@@ -145,7 +150,7 @@ def test_gather_batch_is_time_major_with_versions_aligned_to_columns() -> None:
         for step in range(t):
             c = 1000 * slot + 10 * step + env
             assert batch.rewards[step, col] == c and batch.behaviour_logp[step, col] == -c
-            assert batch.actions[step, col] == c % 2 and batch.dones[step, col] == float(c % 3 == 0)
+            assert batch.actions[step, col] == c % 2 and bool(batch.terminated[step, col]) == (c % 3 == 0)
             assert batch.lag[step, col] == version - (100 * slot + step)
     # The copy is a snapshot: the slots can be refilled at once.
     traj["rewards"][slots] = -1
@@ -177,7 +182,10 @@ def test_one_bf16_update_matches_fp32(monkeypatch: pytest.MonkeyPatch, native_bf
     batch = Batch(
         obs=torch.randint(0, 256, (t + 1, b, *IMAGE_SPEC.obs_shape), dtype=torch.uint8, generator=g),
         actions=torch.randint(0, 6, (t, b), generator=g), behaviour_logp=torch.full((t, b), -1.79),
-        rewards=torch.randn(t, b, generator=g), dones=torch.zeros(t, b), lag=torch.zeros(t, b, dtype=torch.int64),
+        rewards=torch.randn(t, b, generator=g), terminated=torch.zeros(t, b, dtype=torch.bool),
+        truncated=torch.zeros(t, b, dtype=torch.bool),
+        final_obs=torch.zeros(b, *IMAGE_SPEC.obs_shape, dtype=torch.uint8),
+        final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.int64),
     )
     updates, stats = [], []
     for precision in ("fp32", "auto" if native_bf16 else "bf16"):

@@ -52,8 +52,9 @@ def test_learner_adapts_and_checkpoints_its_rate() -> None:
     learner = Learner(cfg, spec, torch.device("cpu"))
     t, b = 4, 2
     batch = Batch(obs=torch.randn(t + 1, b, 4), actions=torch.randint(0, 2, (t, b)),
-                  behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b), dones=torch.zeros(t, b),
-                  lag=torch.zeros(t, b, dtype=torch.long))
+                  behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b),
+                  terminated=torch.zeros(t, b, dtype=torch.bool), truncated=torch.zeros(t, b, dtype=torch.bool),
+                  final_obs=torch.zeros(b, 4), final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.long))
     stats = learner.train(batch, frames=0)
     assert stats["learning_rate"] == pytest.approx(1e-4)  # the rate used for this update
     assert learner.lr == pytest.approx(1e-4 * KL_FACTOR)  # KL << target / 2: the next update goes faster

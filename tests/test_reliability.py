@@ -399,8 +399,9 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     learner = Learner(cfg, spec, torch.device("cpu"))
     t, b = 8, 4
     batch = Batch(obs=torch.randn(t + 1, b, 4), actions=torch.randint(0, 2, (t, b)),
-                  behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b), dones=torch.zeros(t, b),
-                  lag=torch.zeros(t, b, dtype=torch.long))
+                  behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b),
+                  terminated=torch.zeros(t, b, dtype=torch.bool), truncated=torch.zeros(t, b, dtype=torch.bool),
+                  final_obs=torch.zeros(b, 4), final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.long))
     learner.train(batch, frames=0)
     learner.samples_trained = 5_000
     save_checkpoint(cfg.run_dir, learner.version, {"learner": learner.state_dict()}, keep=2)

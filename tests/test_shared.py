@@ -17,6 +17,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime import shared
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.liveness import NO_OWNER
 from asyncrl.runtime.rollout_worker import run_rollout_worker
@@ -158,7 +159,8 @@ def republish(weights: SharedWeights, version: int) -> None:
 
 def check_trajectory(snap: dict[str, np.ndarray], rollout: int) -> None:
     """One slot as the learner receives it, against what the trace env and the policy worker must have written."""
-    obs, actions, rewards, dones = snap["obs"], snap["actions"], snap["rewards"], snap["dones"]
+    obs, actions, rewards = snap["obs"], snap["actions"], snap["rewards"]
+    dones = snap["terminated"] | snap["truncated"]
     assert set(np.unique(actions)) <= {0, 1}
     np.testing.assert_array_equal(rewards, actions)  # the trace env rewards the action it was given
     np.testing.assert_allclose(snap["logp"], np.log(0.5), atol=0.05)  # a fresh policy is near uniform
@@ -184,8 +186,9 @@ def test_real_workers_fill_slots_through_the_handshake() -> None:
         while len(received) < 24:
             slot = channels.full.get(timeout=30)
             # The handshake ran for the last step, and no worker owns a full slot.
-            assert live["want"][slot] == live["acted"][slot] == cfg.rollout - 1
-            assert live["slot_owner"][slot] == NO_OWNER
+            assert live["acted"][slot] == cfg.rollout - 1
+            # The worker let go of the slot before handing it over: no pending request may rewrite it.
+            assert live["want"][slot] == live["slot_owner"][slot] == NO_OWNER
             received.append({name: traj[name][slot].copy() for name in traj})
             channels.free.put(slot)
             if len(received) == 8:
@@ -356,6 +359,7 @@ def test_readers_spinning_on_a_held_write_never_accept_a_copy() -> None:
     readers = [fork(reader) for _ in range(2)]
     time.sleep(0.5)  # the readers spin against the held write
     flat[numel // 2:] = 2.0
+    weights._ctl["stamp"][0] = np.uint64(2 << 32 | shared._crc(flat, 2))  # the rest of publish(..., 2)
     weights._ctl["seq"][0] = 4
     for proc in readers:
         join_ok(proc)

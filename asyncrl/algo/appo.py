@@ -17,6 +17,7 @@ from asyncrl.algo.losses import (
     normalize_advantages,
     value_loss,
 )
+from asyncrl.algo.time_limits import episode_end_inputs
 from asyncrl.algo.vtrace import vtrace
 
 
@@ -37,18 +38,34 @@ def appo_loss(
     values: torch.Tensor,
     behaviour_logp: torch.Tensor,
     rewards: torch.Tensor,
-    dones: torch.Tensor,
+    terminated: torch.Tensor,
     mask: torch.Tensor,
     hp: APPOHyperparams,
+    *,
+    truncated: torch.Tensor | None = None,
+    final_values: torch.Tensor | None = None,
+    has_final: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and its named terms.
 
-    Shapes: logp, entropy, behaviour_logp, rewards, dones, mask: [T, B]; values: [T + 1, B], the last row
-    being V(x_T), the bootstrap value computed by the current network. `mask` zeroes samples that must not
-    be trained on (too stale); they still pass through the V-trace recursion, whose importance weights
+    Shapes: logp, entropy, behaviour_logp, rewards, terminated, mask: [T, B]; values: [T + 1, B], the last
+    row being V(x_T), the bootstrap value computed by the current network. `mask` zeroes samples that must
+    not be trained on (too stale); they still pass through the V-trace recursion, whose importance weights
     correct for them.
+
+    Time limits (`asyncrl.algo.time_limits`): `truncated` [T, B] marks episodes a time limit cut; where
+    `has_final`, `final_values` holds V of the observation the env reached there, and the target is
+    r + gamma * V(final). A truncation without a final value is masked out (its earlier steps bootstrap
+    from V(x_t)). Without `truncated`, no step is a truncation.
     """
-    discounts = hp.gamma * (1.0 - dones.float())
+    zeros = torch.zeros_like(rewards, dtype=torch.bool)
+    truncated = zeros if truncated is None else truncated.bool()
+    has_final = zeros if has_final is None else has_final.bool() & truncated
+    final_values = torch.zeros_like(rewards) if final_values is None else final_values
+    rewards, discounts = episode_end_inputs(rewards, values[:-1], terminated, truncated, final_values, has_final,
+                                            hp.gamma)
+    unbootstrapped = truncated & ~has_final
+    mask = mask * (~unbootstrapped).to(mask.dtype)
     targets = vtrace(
         behaviour_logp=behaviour_logp, target_logp=logp.detach(), rewards=rewards, values=values[:-1].detach(),
         bootstrap_value=values[-1].detach(), discounts=discounts, rho_bar=hp.rho_bar, c_bar=hp.c_bar,

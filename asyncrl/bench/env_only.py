@@ -40,9 +40,9 @@ def _step_worker(index: int, s: BenchSettings, barrier: Any, results: Any) -> No
         spec = envs[0].spec
         rng = np.random.default_rng(index)
         pool = _random_actions(spec, n, rng)
-        bufs = [(np.zeros((n, *spec.obs_shape), spec.obs_dtype), np.zeros(n, np.float32), np.zeros(n, np.bool_))
-                for _ in envs]
-        for i, (env, (obs, _, _)) in enumerate(zip(envs, bufs)):
+        bufs = [(np.zeros((n, *spec.obs_shape), spec.obs_dtype), np.zeros(n, np.float32), np.zeros(n, np.bool_),
+                 np.zeros(n, np.bool_), np.zeros((n, *spec.obs_shape), spec.obs_dtype)) for _ in envs]
+        for i, (env, (obs, *_)) in enumerate(zip(envs, bufs)):
             env.reset(seed=1000 * index + n * i, obs_out=obs)
         barrier.wait()
         t0 = time.monotonic()
@@ -50,8 +50,8 @@ def _step_worker(index: int, s: BenchSettings, barrier: Any, results: Any) -> No
         marks: list[tuple[float, int, float]] = [(t0, 0, time.process_time())]
         steps = k = 0
         while k < len(boundaries):
-            for env, (obs, rew, done) in zip(envs, bufs):
-                env.step(pool[steps % ACTION_POOL], obs, rew, done)
+            for env, (obs, rew, terminated, truncated, final_obs) in zip(envs, bufs):
+                env.step(pool[steps % ACTION_POOL], obs, rew, terminated, truncated, final_obs)
                 steps += 1
             now = time.monotonic()
             if now >= boundaries[k]:

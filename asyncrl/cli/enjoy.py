@@ -39,7 +39,8 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
 
     spec = env.spec
     obs = np.zeros((1, *spec.obs_shape), dtype=spec.obs_dtype)
-    reward, done = np.zeros(1, np.float32), np.zeros(1, np.bool_)
+    reward, terminated, truncated = np.zeros(1, np.float32), np.zeros(1, np.bool_), np.zeros(1, np.bool_)
+    final_obs = np.zeros_like(obs)
     actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
     env.reset(seed=args.seed, obs_out=obs)
     if screens is not None:
@@ -57,7 +58,7 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
             dist = model.distribution(policy_out)
             act = (policy_out.argmax(-1) if spec.discrete else policy_out) if args.greedy else dist.sample()
         actions[:] = act.cpu().numpy()
-        finished = env.step(actions, obs, reward, done)
+        finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
         if recording:
             screens.step(actions)
         steps += 1

@@ -4,6 +4,10 @@ Life loss is detected here from `info["lives"]` rather than with ale_py's flags:
 the whole game on a life loss (so no episode ever spans more than one life), and `life_loss_info=True` sets
 `terminated` on a life loss too, which makes a life loss indistinguishable from game over. With both off,
 `terminated | truncated` is exactly game over and a drop in `lives` is exactly a life loss.
+
+A game is cut after `max_episode_frames` emulator frames (ale_py's `max_num_frames_per_episode`); that cut is
+reported as a truncation, with ale_py's `info["final_obs"]` (the frame stack the game reached) as the final
+observation, so the learner bootstraps from it instead of treating the cut as a game over.
 """
 
 from __future__ import annotations
@@ -17,22 +21,26 @@ from asyncrl.envs.base import EnvSpec, EpisodeStats, VecEnv
 FRAMESKIP = 4
 STACK = 4
 SIZE = 84
+MAX_EPISODE_FRAMES = 108_000  # 30 minutes of play at 60 Hz, the usual Atari evaluation cap
 
 
 class AtariVecEnv(VecEnv):
     """`num_envs` games of one ROM, stepped by `num_threads` C++ threads.
 
-    Training mode: done on life loss (the game continues) and rewards clipped to their sign.
-    Eval mode: done only at game over, raw rewards. Episode stats are always whole games with raw scores.
+    Training mode: terminated on life loss (the game continues) and rewards clipped to their sign.
+    Eval mode: terminated only at game over, raw rewards. Both: truncated when the game reaches
+    `max_episode_frames` emulator frames. Episode stats are always whole games with raw scores.
     """
 
-    def __init__(self, game: str, num_envs: int, training: bool = True, num_threads: int = 1) -> None:
+    def __init__(self, game: str, num_envs: int, training: bool = True, num_threads: int = 1,
+                 max_episode_frames: int = MAX_EPISODE_FRAMES) -> None:
         self.num_envs = num_envs
         self.training = training
         self._env: AtariVectorEnv | None = AtariVectorEnv(
             game,
             num_envs,
             num_threads=num_threads,
+            max_num_frames_per_episode=max_episode_frames,
             repeat_action_probability=0.0,
             noop_max=30,
             frameskip=FRAMESKIP,
@@ -67,7 +75,8 @@ class AtariVecEnv(VecEnv):
         self._len[:] = 0
 
     def step(
-        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
+        truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
         obs, reward, terminated, truncated, info = self._live().step(np.asarray(actions, dtype=np.int64))
         obs_out[:] = obs
@@ -77,16 +86,21 @@ class AtariVecEnv(VecEnv):
         lives = info["lives"]  # after a game over (same-step reset) this is the new game's count
         if self.training:
             reward_out[:] = np.sign(reward)
-            done_out[:] = game_over | (lives < self._lives)
+            terminated_out[:] = terminated | (lives < self._lives)
         else:
             reward_out[:] = reward
-            done_out[:] = game_over
+            terminated_out[:] = terminated
+        cut = truncated & ~terminated_out
+        truncated_out[:] = cut
         self._lives[:] = lives
 
         if not game_over.any():
             return []
+        if cut.any():
+            final_obs_out[cut] = info["final_obs"][cut]
         ended = np.flatnonzero(game_over)
-        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i])) for i in ended]
+        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i]), bool(truncated[i] and not terminated[i]))
+                 for i in ended]
         self._ret[ended] = 0.0
         self._len[ended] = 0
         return stats

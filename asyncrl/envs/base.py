@@ -2,8 +2,11 @@
 
 A rollout worker owns one or more `VecEnv`s. Each `step` writes its results straight into arrays the caller
 provides (views into the shared trajectory buffer), so a backend never allocates per step on the hot path.
-Auto-reset is "same step": when an env's episode ends at step t, `done_out[i]` is True and `obs_out[i]`
-already holds the first observation of the next episode.
+Auto-reset is "same step": when an env's episode ends at step t, `obs_out[i]` already holds the first
+observation of the next episode. An episode ends either by a termination (`terminated_out[i]`: the MDP
+reached a terminal state, its value is 0) or by a truncation (`truncated_out[i]`: a time limit cut it, and
+the state it reached still has a value). For a truncation the backend also writes the observation the env
+reached (before the reset) into `final_obs_out[i]`, so the learner can bootstrap from it.
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ class EnvSpec:
 
 @dataclass
 class EpisodeStats:
-    """One finished full episode: the raw (unclipped, whole-game) return and its length in agent steps."""
+    """One finished full episode: the raw (unclipped, whole-game) return, its length in agent steps, and whether
+    a time limit cut it (truncated) rather than the env ending it (terminated)."""
 
     ret: float
     length: int
+    truncated: bool = False
 
 
 class VecEnv(ABC):
@@ -67,13 +72,17 @@ class VecEnv(ABC):
 
     @abstractmethod
     def step(
-        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
+        truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
-        """Step every env once; write next obs, training rewards and done flags; return finished episodes.
+        """Step every env once; write next obs, training rewards and episode-end flags; return finished episodes.
 
-        `reward_out` gets the training reward (clipped for Atari in training mode); `done_out` is True where
-        the env terminated or was truncated (and, for Atari in training mode, on a life loss). The returned
-        stats are for whole games with raw rewards, whatever training-mode shaping was applied.
+        `reward_out` gets the training reward (clipped for Atari in training mode). `terminated_out` is True
+        where the env reached a terminal state (and, for Atari in training mode, on a life loss);
+        `truncated_out` is True where a time limit cut the episode and it did not terminate (never both).
+        Where `truncated_out[i]`, `final_obs_out[i]` gets the observation the env reached before its reset;
+        the other rows of `final_obs_out` are left untouched. The returned stats are for whole games with raw
+        rewards, whatever training-mode shaping was applied.
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -87,7 +96,8 @@ class EnvFault:
     `where` is "step" (the step's transition is lost: its reward and next observation never came, so the
     learner must leave it out) or "reset" (the step itself was fine; the automatic reset after it failed).
     Either way the env's unfinished episode is dropped and `obs_out[index]` holds the fresh instance's first
-    observation with `done_out[index]` True.
+    observation. A failed step sets no episode-end flag: the rollout worker marks it invalid, and the learner
+    cuts the trace there (see `asyncrl.algo.time_limits`).
     """
 
     index: int

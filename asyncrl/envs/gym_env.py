@@ -64,7 +64,8 @@ class GymVecEnv(VecEnv):
         self._len[:] = 0
 
     def step(
-        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
+        truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
         if self.spec.discrete:
             acts = [int(a) + self._start for a in actions]
@@ -76,19 +77,24 @@ class GymVecEnv(VecEnv):
                 obs, reward, terminated, truncated, _ = env.step(acts[i])
                 reward = float(reward)
             except Exception as exc:  # the transition is lost; the episode is dropped, not counted
+                # The step is marked invalid by the worker (runtime/rollout_guard.py): the learner cuts the trace
+                # there and leaves it out of the loss, so it needs no episode-end flag of its own.
                 reward_out[i] = 0.0
-                done_out[i] = True
+                terminated_out[i] = truncated_out[i] = False
                 obs_out[i] = self._replace(i, "step", exc)
                 continue
             reward_out[i] = reward
             self._ret[i] += reward
             self._len[i] += 1
-            done = bool(terminated or truncated)
-            done_out[i] = done
-            if done:
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i])))
+            cut = bool(truncated and not terminated)
+            terminated_out[i] = bool(terminated)
+            truncated_out[i] = cut
+            if terminated or truncated:
+                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut))
                 self._ret[i] = 0.0
                 self._len[i] = 0
+                if cut:
+                    final_obs_out[i] = obs
                 try:
                     obs, _ = env.reset()
                 except Exception as exc:

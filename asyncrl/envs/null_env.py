@@ -18,7 +18,7 @@ NULL_SPEC = EnvSpec(
 
 
 class NullVecEnv(VecEnv):
-    """Constant observations, reward 1.0 per step, every episode exactly `EPISODE_LEN` steps."""
+    """Constant observations, reward 1.0 per step, every episode exactly `EPISODE_LEN` steps (a termination)."""
 
     spec = NULL_SPEC
 
@@ -31,13 +31,15 @@ class NullVecEnv(VecEnv):
         self._t[:] = 0
 
     def step(
-        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray
+        self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
+        truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
         self._t += 1
         done = self._t >= EPISODE_LEN
         obs_out[:] = 0.0
         reward_out[:] = 1.0
-        done_out[:] = done
+        terminated_out[:] = done
+        truncated_out[:] = False
         n_done = int(np.count_nonzero(done))
         if n_done == 0:
             return []

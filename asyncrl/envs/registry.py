@@ -39,9 +39,10 @@ def make_env_spec(name: str) -> EnvSpec:
 
 
 def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
-                 render_mode: str | None = None) -> VecEnv:
-    """Create `num_envs` copies of env `name`; `training` and `num_threads` only affect Atari, `render_mode`
-    only registered gymnasium ids (custom callables make their envs as they like)."""
+                 render_mode: str | None = None, max_episode_frames: int | None = None) -> VecEnv:
+    """Create `num_envs` copies of env `name`; `training`, `num_threads` and `max_episode_frames` (None: the
+    backend's default) only affect Atari, `render_mode` only registered gymnasium ids (custom callables make
+    their envs as they like)."""
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     if name == "null":
@@ -50,9 +51,10 @@ def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads
         game = name[len(ATARI_PREFIX) :]
         if game not in _rom_ids():
             raise _unknown(name)
-        from asyncrl.envs.atari import AtariVecEnv
+        from asyncrl.envs.atari import MAX_EPISODE_FRAMES, AtariVecEnv
 
-        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads)
+        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads,
+                           max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
     return GymVecEnv(name, _gym_factory(name, render_mode), num_envs)
 
 

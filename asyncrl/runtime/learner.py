@@ -40,17 +40,34 @@ class Batch:
     actions: torch.Tensor  # [T, B, ...]
     behaviour_logp: torch.Tensor  # [T, B]
     rewards: torch.Tensor  # [T, B]
-    dones: torch.Tensor  # [T, B]
+    terminated: torch.Tensor  # [T, B] bool: the episode reached a terminal state after step t
+    truncated: torch.Tensor  # [T, B] bool: a time limit cut the episode after step t
+    final_obs: torch.Tensor  # [B, ...] the observation an env reached at its bootstrapped truncation
+    final_step: torch.Tensor  # [B] that truncation's step, -1 when the env has none
     lag: torch.Tensor  # [T, B] learner version - behaviour version
     valid: torch.Tensor | None = None  # [T, B] bool; False where the env raised (None: all valid)
 
     def columns(self, cols: slice) -> Batch:
-        return Batch(*(None if (x := getattr(self, f)) is None else x[:, cols] for f in self.__dataclass_fields__))
+        return Batch(**{f: None if (x := getattr(self, f)) is None else x[cols] if f in PER_ENV else x[:, cols]
+                        for f in self.__dataclass_fields__})
 
     def trainable(self, max_policy_lag: int) -> torch.Tensor:
         """The loss mask: fresh enough and not a step in which the env raised."""
         mask = (self.lag <= max_policy_lag).float()
         return mask if self.valid is None else mask * self.valid
+
+    def cut_without_terminal(self) -> torch.Tensor:
+        """[T, B] bool: episode ends with a value after them: time-limit cuts, and steps in which the env raised
+        (their transition is lost: `asyncrl.algo.time_limits` treats them as cuts without a final observation)."""
+        return self.truncated if self.valid is None else self.truncated | ~self.valid
+
+    def has_final(self) -> torch.Tensor:
+        """[T, B] bool: truncated steps whose final observation is in `final_obs`."""
+        steps = torch.arange(self.rewards.shape[0], device=self.final_step.device).unsqueeze(1)
+        return self.truncated & (steps == self.final_step.unsqueeze(0))
+
+
+PER_ENV = frozenset({"final_obs", "final_step"})  # Batch fields indexed by env only (no time dimension)
 
 
 def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: torch.device) -> Batch:
@@ -62,6 +79,10 @@ def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: to
         x = x.pin_memory() if device.type == "cuda" else x
         return x.to(device, dtype=dtype, non_blocking=True)
 
+    def env_major(name: str) -> torch.Tensor:
+        x = torch.from_numpy(traj[name][slots])  # [k, E, ...]
+        return x.reshape(-1, *x.shape[2:]).to(device)
+
     e = traj["obs"].shape[2]
     versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
     return Batch(
@@ -69,7 +90,10 @@ def gather_batch(traj: SharedArrays, slots: np.ndarray, version: int, device: to
         actions=time_major("actions"),
         behaviour_logp=time_major("logp"),
         rewards=time_major("rewards"),
-        dones=time_major("dones", torch.float32),
+        terminated=time_major("terminated"),
+        truncated=time_major("truncated"),
+        final_obs=env_major("final_obs"),
+        final_step=env_major("final_step"),
         lag=(version - versions).to(device),
         valid=time_major("valid"),
     )
@@ -115,8 +139,6 @@ class Learner:
             group["lr"] = lr
         mask = batch.trainable(cfg.max_policy_lag)
         fresh = int((batch.lag <= cfg.max_policy_lag).sum().item())
-        if self.model.obs_normalizer is not None:
-            self.model.obs_normalizer.update(batch.obs[:-1][mask.bool()])
         n_cols = batch.rewards.shape[1]
         per_mb = n_cols // cfg.minibatches
         sums: dict[str, float] = {}
@@ -129,6 +151,9 @@ class Learner:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
+        if self.model.obs_normalizer is not None:
+            # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
+            self.model.obs_normalizer.update(batch.obs[:-1][mask.bool()])
         self.version += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         if cfg.lr_schedule == "kl" and "kl" in out:
@@ -142,6 +167,8 @@ class Learner:
             policy_lag_mean=float(kept_lag.float().mean()) if trained else 0.0,
             policy_lag_max=int(kept_lag.max()) if trained else 0,
             policy_version=self.version, nonfinite_updates=self.nonfinite_updates,
+            truncations=int(batch.truncated.sum()),
+            truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
         )
         return out
 
@@ -154,11 +181,10 @@ class Learner:
         dist = self.model.distribution(policy_out[: t * b])
         logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
         entropy = dist.entropy().reshape(t, b)
-        rewards, dones = mb.rewards, mb.dones
-        if mb.valid is not None:  # cut the V-trace trace at a failed step: r = V(x_t), done, so v_t = V(x_t)
-            rewards = torch.where(mb.valid, rewards, values[:-1].detach().to(rewards.dtype))
-            dones = torch.where(mb.valid, dones, torch.ones_like(dones))
-        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, rewards, dones, mask, self.hp)
+        has_final = mb.has_final()
+        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.terminated, mask, self.hp,
+                                truncated=mb.cut_without_terminal(),
+                                final_values=self._final_values(mb, has_final), has_final=has_final)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -178,6 +204,20 @@ class Learner:
         out["grad_norm"] = float(grad_norm)
         out["loss"] = float(loss.detach())
         return out
+
+    def _final_values(self, mb: Batch, has_final: torch.Tensor) -> torch.Tensor:
+        """[T, B]: V(final obs) of the current network at each bootstrapped truncation, 0 elsewhere.
+
+        Only the envs that have a final observation are evaluated (usually none), without autograd: like the
+        bootstrap value V(x_T), it enters the targets only.
+        """
+        out = torch.zeros_like(mb.rewards)
+        envs = torch.nonzero(mb.final_step >= 0).squeeze(1)
+        if len(envs):
+            with torch.no_grad():
+                _, v = self.model(mb.final_obs[envs])
+            out[mb.final_step[envs], envs] = v.reshape(-1).to(out.dtype)
+        return torch.where(has_final, out, torch.zeros_like(out))
 
     def state_dict(self) -> dict:
         return {

@@ -47,7 +47,8 @@ class RolloutGuard:
     def make_envs(self) -> list[VecEnv]:
         cfg = self.cfg
         try:
-            self.envs = [make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads)
+            self.envs = [make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads,
+                                      max_episode_frames=cfg.max_episode_frames)
                          for _ in range(cfg.worker_splits)]
         except Exception as exc:
             self.fatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}")

@@ -3,11 +3,17 @@
 The worker's envs form `worker_splits` groups. While one group waits for its actions from a policy worker,
 the worker steps another (double buffering). For each group it owns one trajectory slot at a time; when the
 slot holds `rollout` steps it goes to the learner and the worker takes a free one. No torch in this process.
+
+A full slot is the learner's the moment it is on the `full` queue: everything the worker still needs from it
+(the bootstrap observation that starts the next trajectory) is copied out first, and its pending-request
+marker is cleared first, so a re-sent request cannot make a policy worker write into it.
 """
 
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvBroken
@@ -17,12 +23,17 @@ from asyncrl.runtime.liveness import NO_OWNER
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
+from asyncrl.runtime.trajectories import NO_FINAL
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
     init_child(f"asyncrl-rollout-{worker}", cfg.rollout_nice)
-    obs, actions, rewards, dones = traj["obs"], traj["actions"], traj["rewards"], traj["dones"]
-    valid = traj["valid"]
+    obs, actions, rewards, valid = traj["obs"], traj["actions"], traj["rewards"], traj["valid"]
+    terminated, truncated, final_obs, final_step = (traj[k] for k in ("terminated", "truncated", "final_obs",
+                                                                     "final_step"))
+    # Per split: the backend's final observations of truncated envs, and the bootstrap observation in transit.
+    final_scratch = [np.zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
+    carry = [np.zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
     my_queue = channels.actions_ready[worker]
@@ -35,6 +46,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         slot = get_or_stop(channels.free, channels, idle=guard.heartbeat)
         if slot is None:
             return _close(envs)
+        final_step[slot] = NO_FINAL
         guard.begin(split, slot)
 
     stats = IntervalStats(channels, "rollout", worker)
@@ -52,33 +64,38 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             continue
         valid[slot, t] = True
         try:
-            finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], dones[slot, t])
+            finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], terminated[slot, t],
+                                        truncated[slot, t], final_scratch[split])
         except EnvBroken as exc:  # a fresh instance failed before its first step
             guard.fatal(str(exc))
         except Exception as exc:  # a backend that cannot replace one env: reset the split, start over
             guard.env_error(exc, "step")
             stats.add("env_errors", 1)
+            final_step[slot] = NO_FINAL
             guard.begin(split, slot)
             continue
         if faults[split]:
             stats.add("env_errors", guard.replaced(split, slot, t))
         t2 = time.monotonic()
         if finished:
-            stats.extend("episodes", [(e.ret, e.length) for e in finished])
+            _keep_final_obs(slot, t, truncated, final_scratch[split], final_obs, final_step)
+            stats.extend("episodes", [(e.ret, e.length, e.truncated) for e in finished])
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
         stats.add("env_steps", cfg.envs_per_split)
         t += 1
         if t == cfg.rollout:
-            owner[slot] = NO_OWNER
+            owner[slot] = want[slot] = NO_OWNER  # no request for this slot may be served from now on
+            np.copyto(carry[split], obs[slot, t])  # the bootstrap observation starts the next trajectory
             if cfg.deterministic:  # the runner counts these steps before the learner's report on them
                 stats.maybe_report(force=True)
-            channels.full.put(slot)
+            channels.full.put(slot)  # from here on the slot is the learner's: no more reads or writes
             new_slot = _wait_for_free_slot(channels, stats)
             if new_slot is None:
                 break
             owner[new_slot], acted[new_slot] = worker, NO_OWNER
-            obs[new_slot, 0] = obs[slot, t]  # the bootstrap observation starts the next trajectory
+            final_step[new_slot] = NO_FINAL
+            obs[new_slot, 0] = carry[split]
             slot, t = new_slot, 0
             stats.add("t_wait_slot", time.monotonic() - t2)
             guard.check_policy_restarts(skip=split)
@@ -87,6 +104,15 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         channels.requests.put((worker, split, slot, t))
         stats.maybe_report()
     _close(envs)
+
+
+def _keep_final_obs(slot: int, t: int, truncated: np.ndarray, scratch: np.ndarray, final_obs: np.ndarray,
+                    final_step: np.ndarray) -> None:
+    """Store the final observation of each env truncated at step t, if it is the env's first in the slot."""
+    first = truncated[slot, t] & (final_step[slot] == NO_FINAL)
+    if first.any():
+        final_obs[slot, first] = scratch[first]
+        final_step[slot, first] = t
 
 
 def _wait_for_free_slot(channels: Channels, stats: IntervalStats) -> int | None:

@@ -56,6 +56,8 @@ class Totals:
     env_steps: int = 0
     env_errors: int = 0  # as reported with the env steps (for the error rate; the counters come from liveness)
     episodes: int = 0
+    episodes_truncated: int = 0  # episodes a time limit cut (truncated, not terminated)
+    truncations_unbootstrapped: int = 0  # trained-on truncations with no final observation (masked out)
     dropped_stale: int = 0
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     lengths: deque = field(default_factory=lambda: deque(maxlen=100))
@@ -209,11 +211,13 @@ class Runner:
         """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
         t = self.totals
         return {"elapsed": time.time() - self.t_start, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
+                "episodes_truncated": t.episodes_truncated,
                 "returns": list(t.returns), "lengths": list(t.lengths), **self.supervisor.counters()}
 
     def _restore(self, run: dict) -> None:
         self.t_start -= float(run.get("elapsed", 0.0))
         self.totals.episodes += int(run.get("episodes", 0))
+        self.totals.episodes_truncated += int(run.get("episodes_truncated", 0))
         self.totals.dropped_stale += int(run.get("dropped_stale", 0))
         self.totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
         self.totals.lengths.extend(run.get("lengths", []))
@@ -329,9 +333,10 @@ class Runner:
         if kind == "rollout":
             t.env_steps += int(payload["env_steps"])
             t.env_errors += int(payload.get("env_errors", 0))
-            for ret, length in payload["episodes"]:
+            for ret, length, truncated in payload["episodes"]:
                 t.returns.append(ret)
                 t.lengths.append(length)
+                t.episodes_truncated += bool(truncated)
             t.episodes += len(payload["episodes"])
             self.monitor.sample_queues(self.channels)
             for k in t.rollout_time:
@@ -344,6 +349,7 @@ class Runner:
         elif kind == "learner":
             t.learner.append(payload)
             t.dropped_stale += payload.get("dropped_stale", 0)
+            t.truncations_unbootstrapped += payload.get("truncations_unbootstrapped", 0)
             t.policy_version = payload.get("policy_version", t.policy_version)
             if self.cfg.deterministic:
                 self._lockstep_update()
@@ -385,6 +391,8 @@ class Runner:
             "fps": steps * fs / dt,
             "sps": steps / dt,
             "episodes": t.episodes,
+            "episodes_truncated": t.episodes_truncated,
+            "truncations_unbootstrapped": t.truncations_unbootstrapped,
             "episode_return_mean": _mean_last(t.returns),
             "episode_return_mean_20": _mean_last(t.returns, 20),
             "episode_len_mean": _mean_last(t.lengths),

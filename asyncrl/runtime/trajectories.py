@@ -1,8 +1,9 @@
 """The shared trajectory buffer: preallocated slots that rollout workers fill and the learner consumes.
 
 A slot holds one trajectory of one worker split: `rollout` steps of `envs_per_split` envs stepped together.
-Rollout workers write observations, rewards, dones and step validity; policy workers write actions, log-probs and the
-policy version that acted. Queues only ever carry slot indices.
+Rollout workers write observations, rewards, the terminated/truncated flags (plus, for an env whose episode a
+time limit cut, the observation it reached: `final_obs`/`final_step`) and step validity; policy workers write
+actions, log-probs and the policy version that acted. Queues only ever carry slot indices.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.shared import SharedArrays
 
 Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
+NO_FINAL = -1  # final_step of an env with no truncation in the slot
 
 
 def num_slots(cfg: Config) -> int:
@@ -32,14 +34,21 @@ def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:
         "actions": ((s, t, e, *spec.action_shape), spec.action_dtype),
         "logp": ((s, t, e), np.dtype(np.float32)),
         "rewards": ((s, t, e), np.dtype(np.float32)),
-        "dones": ((s, t, e), np.dtype(np.bool_)),
+        "terminated": ((s, t, e), np.dtype(np.bool_)),  # the episode reached a terminal state after step t
+        "truncated": ((s, t, e), np.dtype(np.bool_)),  # a time limit cut the episode after step t
+        # The observation an env reached at its first truncation in the slot (before the reset), and that
+        # step's index (-1: none). Later truncations of the same env in the slot have no final observation.
+        "final_obs": ((s, e, *spec.obs_shape), spec.obs_dtype),
+        "final_step": ((s, e), np.dtype(np.int64)),
         "versions": ((s, t), np.dtype(np.int64)),  # policy version that chose each step's actions
         "valid": ((s, t, e), np.dtype(np.bool_)),  # False: the env raised in this step (left out of training)
     }
 
 
 def allocate_trajectories(cfg: Config, spec: EnvSpec) -> SharedArrays:
-    return SharedArrays(trajectory_layout(cfg, spec))
+    traj = SharedArrays(trajectory_layout(cfg, spec))
+    traj["final_step"][:] = NO_FINAL
+    return traj
 
 
 def trajectory_bytes(cfg: Config, spec: EnvSpec) -> int:
