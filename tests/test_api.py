@@ -158,3 +158,23 @@ def test_fork_is_refused_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
     with pytest.raises(ForkError, match="needs Linux"):
         check_can_fork()
+
+
+def test_a_failed_run_raises_training_failed(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import sys
+        import asyncrl
+        from tests.faults import _plant_learner_fault
+
+        if __name__ == "__main__":
+            _plant_learner_fault("learner_raise")  # the forked learner raises after 20 updates
+            try:
+                asyncrl.train(env="CartPole-v1", seconds=120, train_dir=sys.argv[1], experiment="f")
+            except asyncrl.TrainingFailed as exc:
+                print("FAILED", exc.result.exit_code, exc.result.run_dir, exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"FAILED 1 {tmp_path / 'f'} training in {tmp_path / 'f'} failed (exit code 1)" in proc.stdout, proc.stdout
+    assert "the learner crashed" in proc.stderr
