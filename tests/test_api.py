@@ -20,7 +20,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
-from asyncrl.runtime.checkpoint import load_latest_checkpoint
+from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import train_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,41 @@ def test_a_loaded_policy_balances_the_pole(trained: TrainedRun) -> None:
         scores.append(score)
     env.close()
     assert np.mean(scores) > 400, scores
+
+
+@pytest.mark.parametrize("env", ["Pendulum-v1", "atari_pong"])
+def test_load_policy_for_continuous_actions_and_frames(tmp_path: Path, env: str) -> None:
+    """A checkpoint saved the way the learner saves one (untrained weights; Pendulum with a shifted normaliser)."""
+    spec = make_env_spec(env)
+    cfg = Config(env=env, normalize_obs=not spec.discrete, train_dir=str(tmp_path), experiment="run", workers=1)
+    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs)
+    if cfg.normalize_obs:
+        model.obs_normalizer.update(torch.randn(500, *spec.obs_shape, dtype=torch.float64) * 3 + 1)
+        with torch.no_grad():
+            model.policy_head.bias.fill_(2.0)  # means on both sides of the bound of 2
+            model.policy_head.weight.mul_(100)
+    save_checkpoint(cfg.run_dir, 7, {"learner": {"model": model.state_dict(), "version": 7}, "env_steps": 0,
+                                     "config": cfg.to_json(), "env": env}, keep=1)
+    policy = asyncrl.load_policy(cfg.run_dir)
+    rng = np.random.default_rng(2)
+    if spec.discrete:
+        obs = rng.integers(0, 256, (3, *spec.obs_shape), dtype=np.uint8)
+    else:
+        obs = (rng.standard_normal((50, *spec.obs_shape)) * 4).astype(np.float32)
+    with torch.no_grad():
+        out = model.eval()(torch.from_numpy(obs))[0].numpy()
+    actions = policy(obs)
+    if spec.discrete:
+        np.testing.assert_array_equal(actions, out.argmax(-1))
+        assert policy(obs[1]) == out[1].argmax()
+    else:
+        np.testing.assert_allclose(actions, np.clip(out, -2.0, 2.0), atol=1e-5)
+        assert actions.shape == (50, 1) and (actions == 2.0).any() and policy(obs[0]).shape == (1,)
+        sampled = policy(obs, sample=True)
+        assert sampled.shape == (50, 1) and np.abs(sampled).max() <= 2.0 and not np.allclose(sampled, actions)
+    assert policy.version == 7 and policy.spec.name == spec.name
+    with pytest.raises(asyncrl.PolicyLoadError, match="no run directory"):
+        asyncrl.load_policy(str(tmp_path / "missing"))
 
 
 def test_train_refuses_bad_settings_before_starting(trained: TrainedRun, tmp_path: Path) -> None:
