@@ -208,9 +208,6 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (flags are spelled out in full; see --help)\n")
 
 
-CONFIG_FLAGS = ("config", "print_config")  # command-line options that are not Config fields
-
-
 def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
     """One --flag per Config field, with the field's default, the presets that change it, and its help; plus
     --config FILE and --print-config.

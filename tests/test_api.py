@@ -96,8 +96,15 @@ def test_load_policy_is_the_trained_models_greedy_policy(trained: TrainedRun) ->
     assert torch.equal(policy(torch.from_numpy(obs)), torch.from_numpy(expected))  # tensor in, tensor out
     single = policy(obs[3].astype(np.float64))  # one observation, any float dtype
     assert isinstance(single, np.integer) and single == expected[3]
-    sampled = np.stack([policy(obs, sample=True) for _ in range(20)])
-    assert set(np.unique(sampled)) <= {0, 1} and (sampled != expected).any()  # samples, not the argmax
+    # sample=True draws from the policy's distribution: at the observation nearest the decision boundary, the
+    # share of action 1 over 4000 draws matches its probability
+    probe = (np.random.default_rng(1).standard_normal((4096, 4)) * [1.0, 1.0, 0.1, 1.0]).astype(np.float32)
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.from_numpy(probe))[0], -1)[:, 1].numpy()
+    i = int(np.abs(p1 - 0.5).argmin())
+    assert 0.1 < p1[i] < 0.9, p1[i]
+    draws = policy(np.repeat(probe[i:i + 1], 4000, axis=0), sample=True)
+    assert set(np.unique(draws)) <= {0, 1} and abs(draws.mean() - p1[i]) < 0.05, (draws.mean(), p1[i])
 
 
 def test_a_loaded_policy_balances_the_pole(trained: TrainedRun) -> None:
