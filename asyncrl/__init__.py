@@ -1,3 +1,45 @@
-"""asyncrl: an asynchronous shared-memory reinforcement-learning trainer."""
+"""asyncrl: an asynchronous shared-memory reinforcement-learning trainer.
+
+    import asyncrl
+    result = asyncrl.train(env="CartPole-v1", frames=150_000)   # as `asyncrl-train --env CartPole-v1 ...`
+    policy = asyncrl.load_policy(result.run_dir)                # raw observations -> actions (a torch module)
+
+Importing asyncrl does not import torch: the names below load their modules on first use (the training
+process forks its workers and must stay torch-free; see docs/python-api.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "train": "asyncrl.api", "TrainResult": "asyncrl.api", "TrainingFailed": "asyncrl.api",
+    "Config": "asyncrl.config", "ConfigError": "asyncrl.config",
+    "ForkError": "asyncrl.launch",
+    "load_policy": "asyncrl.policy", "Policy": "asyncrl.policy", "PolicyLoadError": "asyncrl.policy",
+}
+
+__all__ = ["Config", "ConfigError", "ForkError", "Policy", "PolicyLoadError", "TrainResult", "TrainingFailed",
+           "__version__", "load_policy", "train"]
+
+if TYPE_CHECKING:
+    from asyncrl.api import TrainingFailed, TrainResult, train
+    from asyncrl.config import Config, ConfigError
+    from asyncrl.launch import ForkError
+    from asyncrl.policy import Policy, PolicyLoadError, load_policy
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asyncrl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import os
 import sys
@@ -218,7 +219,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
-    """One --flag per Config field, with the field's default, the presets that change it, and its help.
+    """One --flag per Config field, with the field's default, the presets that change it, and its help; plus
+    --config FILE and --print-config.
 
     Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
     """
@@ -226,6 +228,11 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
 
     parser = _OneLineParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.",
                             allow_abbrev=False)
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="a YAML (.yaml, .yml) or JSON file of settings (keys: the flags' names, with - or _); "
+                             "command-line flags win over it, it wins over the presets and defaults")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved configuration as JSON and exit (nothing is created)")
     defaults = Config()
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
@@ -243,22 +250,50 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass
+class CommandLine:
+    """What `asyncrl-train`'s command line asks for: the resolved configuration, and whether only to print it."""
+
+    config: Config
+    print_config: bool = False
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
-    """Command line > the env family's preset (asyncrl.presets) > Config defaults.
+    """Command line > --config FILE > the env family's preset (asyncrl.presets) > Config defaults.
 
     With --resume the run's saved config.json takes the place of the preset and the defaults: what was not
-    given on the command line stays as it was saved (see `resume_changes` for what the command line changed).
+    given on the command line or in the file stays as it was saved (see `resume_changes` for what changed).
     """
-    from asyncrl.presets import preset_for
+    return parse_command_line(argv).config
 
+
+def parse_command_line(argv: list[str] | None = None) -> CommandLine:
+    """parse_config, and the --print-config option."""
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = vars(parser.parse_args(words))
+    config_file, print_config = args.pop("config"), args.pop("print_config")
     explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, words)}
+    if "experiment" in explicit and not explicit["experiment"].strip():
+        raise ConfigError("--experiment must not be blank; give a name or leave the flag out (the env's name)")
+    return CommandLine(merge_config(explicit, config_file), print_config)
+
+
+def config_from_flags(config: str | None = None, **flags: Any) -> Config:
+    """The Python form of the command line: `config_from_flags(env="CartPole-v1", frames=150000)` resolves the
+    same Config as `asyncrl-train --env CartPole-v1 --frames 150000` (flags > config file > preset > defaults)."""
+    return merge_config(check_settings(flags, "asyncrl.train()"), config)
+
+
+def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Config:
+    """Given settings (and a config file's, which they override) over the preset or the resumed run's config."""
+    from asyncrl.presets import preset_for
+
+    if config_file is not None:
+        explicit = {**read_config_file(config_file), **explicit}
     if "experiment" in explicit:
-        if not args["experiment"].strip():
-            raise ConfigError("--experiment must not be blank; give a name or leave the flag out (the env's name)")
-        check_experiment_name(args["experiment"])
+        check_experiment_name(explicit["experiment"])
+    args = {**dataclasses.asdict(Config()), **explicit}
     saved = read_saved_config(args) if args["resume"] else None
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
@@ -268,6 +303,68 @@ def parse_config(argv: list[str] | None = None) -> Config:
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     return Config(**merged).resolve()
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """A YAML (.yaml, .yml) or JSON file of settings, checked like the command line (ConfigError if not)."""
+    where = f"--config {path}"
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where} is not valid JSON: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a mapping of flag names to values, not a {type(data).__name__}")
+    return check_settings(data, where)
+
+
+def check_settings(values: dict[Any, Any], where: str) -> dict[str, Any]:
+    """Settings keyed by Config field names (with - or _), each of its field's type; ConfigError otherwise.
+
+    Integers are accepted for float fields, and so are numeric strings (YAML reads `1e-3` as a string).
+    """
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    defaults = Config()
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in fields:
+            close = difflib.get_close_matches(name, list(fields), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (keys are asyncrl-train's flags, e.g. batch_size)"
+            raise ConfigError(f"{where}: unknown setting {key!r}{hint}")
+        kind = type(getattr(defaults, name))
+        out[name] = _typed(value, kind, f"{where}: {key}")
+    return out
+
+
+def _typed(value: Any, kind: type, what: str) -> Any:
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{what} must be {_KIND_NAMES[kind]}, not {value!r}")
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def read_saved_config(args: dict[str, Any]) -> dict[str, Any] | None:

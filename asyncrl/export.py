@@ -1,9 +1,10 @@
 """Exporting a trained policy: a self-contained module from raw observations to the policy head's output.
 
-`ExportedPolicy` maps a batch of raw observations (the env's dtype and shape, e.g. uint8 frames or float32
-vectors) to action logits (discrete actions) or Gaussian action means (continuous ones), applying every
-preprocessing step the trained model applies: the running observation normaliser when the run used one
-(clipped to +-5), uint8 frames scaled to [0, 1] inside the CNN. It always computes in float32.
+`ExportedPolicy` (`asyncrl.policy.PolicyHead`, which `asyncrl.load_policy` uses too) maps a batch of raw
+observations (the env's dtype and shape, e.g. uint8 frames or float32 vectors) to action logits (discrete
+actions) or Gaussian action means (continuous ones), applying every preprocessing step the trained model
+applies: the running observation normaliser when the run used one (clipped to +-5), uint8 frames scaled to
+[0, 1] inside the CNN. It always computes in float32.
 
 Beside the exported file go `<stem>.json` (observation shape and dtype, preprocessing, action space, what the
 outputs mean) and `<stem>.safetensors` (the exported module's weights and normaliser statistics).
@@ -14,19 +15,15 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic
+from asyncrl.policy import NORM_EPS, OBS_CLIP, LoadedRun, PolicyHead, PolicyLoadError, load_run_policy
 
 FORMATS = ("torchscript", "onnx")
-OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
-NORM_EPS = 1e-8
 ONNX_OPSET = 18
 
 
@@ -34,66 +31,7 @@ class ExportError(ValueError):
     """A run that cannot be exported; reported as one line with exit code 2."""
 
 
-class ExportedPolicy(nn.Module):
-    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32)."""
-
-    def __init__(self, model: ActorCritic):
-        super().__init__()
-        self.encoder = model.encoder
-        self.policy_head = model.policy_head
-        norm = model.obs_normalizer
-        self.normalize = norm is not None
-        shape = norm.shape if norm is not None else (1,)
-        # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
-        self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
-        self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
-        if not model.discrete:
-            self.register_buffer("log_std", model.log_std.detach().float().clone())
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.normalize:
-            x = obs.float()
-            obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
-        return self.policy_head(self.encoder(obs))
-
-
-@dataclass
-class LoadedRun:
-    model: ActorCritic
-    spec: EnvSpec
-    config: dict[str, Any]
-    checkpoint: str
-    version: Any
-
-
-def load_run_policy(run_dir: str) -> LoadedRun:
-    """The run's model from its latest good checkpoint, in float32 and eval mode."""
-    from asyncrl.config import Config
-    from asyncrl.envs.base import EnvError
-    from asyncrl.envs.registry import make_env_spec
-    from asyncrl.models.actor_critic import build_model
-    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
-
-    if not os.path.isdir(run_dir):
-        raise ExportError(f"no run directory {run_dir}")
-    try:
-        path, state = load_latest_checkpoint(run_dir, map_location="cpu", warn=lambda msg: None)
-    except CheckpointError as exc:
-        raise ExportError(f"{exc}; train the run first (asyncrl-train)") from None
-    try:
-        config = json.loads(state["config"])
-        cfg = Config.from_dict(config)
-        spec = make_env_spec(state.get("env", cfg.env))
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"{path} does not hold a run configuration ({exc})") from None
-    except EnvError as exc:
-        raise ExportError(f"cannot build the env {cfg.env!r} to size the model: {exc}") from None
-    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs)
-    try:
-        model.load_state_dict(state["learner"]["model"])
-    except (RuntimeError, KeyError) as exc:
-        raise ExportError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}") from None
-    return LoadedRun(model.eval(), spec, config, path, state["learner"].get("version"))
+ExportedPolicy = PolicyHead  # the exported module: raw observations -> logits or action means
 
 
 def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
@@ -138,7 +76,10 @@ def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:
     """Write the policy as `out` (TorchScript or ONNX) with `<stem>.json` and `<stem>.safetensors` beside it."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}")
-    run = load_run_policy(run_dir)
+    try:
+        run = load_run_policy(run_dir)
+    except PolicyLoadError as exc:
+        raise ExportError(str(exc)) from None
     policy = ExportedPolicy(run.model).eval()
     example = torch.from_numpy(np.zeros((2, *run.spec.obs_shape), dtype=run.spec.obs_dtype))
     stem = os.path.splitext(out)[0]

@@ -1,0 +1,70 @@
+"""The Python API: `asyncrl.train(...)` runs a training exactly as `asyncrl-train` does.
+
+    result = asyncrl.train(env="CartPole-v1", frames=150_000)      # keyword flags, as on the command line
+    result = asyncrl.train(Config(env="CartPole-v1", frames=150_000))
+    result = asyncrl.train(config="cartpole.yaml", seed=1)         # a config file; keyword flags win over it
+
+Settings resolve as the command line's do (flags > config file > the env family's preset > defaults; with
+resume=True the run's saved config.json stands in for preset and defaults), are validated the same way, and
+the run writes the same directory. The engine forks its workers from the calling process: see
+`asyncrl.launch.check_can_fork` for where that is refused. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from asyncrl.config import Config, ConfigError, config_from_flags
+from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.launch import run
+
+
+class TrainingFailed(RuntimeError):
+    """The run started but ended with an error (the messages above say which); its checkpoints are kept."""
+
+    def __init__(self, message: str, result: TrainResult):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run left: its directory, its last metrics.jsonl record and how it ended."""
+
+    run_dir: str
+    metrics: dict[str, Any]  # the last metrics.jsonl record ({} if the run wrote none)
+    exit_code: int
+    stop_reason: str | None  # "frames", "seconds", "SIGINT" or "SIGTERM"
+    config: Config
+
+
+def train(cfg: Config | None = None, /, *, config: str | None = None, **flags: Any) -> TrainResult:
+    """Train as `asyncrl-train` would and return the run's result.
+
+    `cfg` (a Config) gives settings the way command-line flags do: its fields that differ from Config's
+    defaults count as given, the others take the preset's values. `config` is a YAML or JSON file of
+    settings, `flags` are Config field names (e.g. `batch_size=512`); flags win over `cfg`, both over the file.
+
+    Raises ConfigError (a ValueError) for bad settings, EnvError for an unusable env, ForkError (a
+    RuntimeError) where this process cannot fork the workers, and TrainingFailed if the run ends with an error.
+    Ctrl-C (SIGINT) stops the run cleanly and returns its result, like the command line's exit code 0.
+    """
+    if cfg is not None and not isinstance(cfg, Config):
+        raise ConfigError(f"asyncrl.train() takes a Config or keyword flags, not a {type(cfg).__name__}")
+    given = _given_fields(cfg) if cfg is not None else {}
+    resolved = config_from_flags(config, **{**given, **flags})
+    code, stop_reason = run(resolved)
+    records = read_metrics(resolved.run_dir)
+    result = TrainResult(resolved.run_dir, records[-1] if records else {}, code, stop_reason, resolved)
+    if code != 0:
+        raise TrainingFailed(f"training in {resolved.run_dir} failed (exit code {code}); see the error above",
+                             result)
+    return result
+
+
+def _given_fields(cfg: Config) -> dict[str, Any]:
+    """The fields of `cfg` that differ from the defaults: what the command line would have been given."""
+    defaults = dataclasses.asdict(Config())
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if v != defaults[k]}

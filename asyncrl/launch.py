@@ -1,0 +1,102 @@
+"""One way to start a training, shared by `asyncrl-train` and `asyncrl.train()`: validate, check that this
+process may fork, print what changed on --resume, then run the Runner in this process.
+
+Torch-free, like the runner it starts.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from asyncrl.config import Config, ConfigError, resume_changes
+from asyncrl.runtime import distributed
+
+
+class ForkError(RuntimeError):
+    """This process cannot fork asyncrl's workers safely; the message says what to do instead."""
+
+
+def check_can_fork() -> None:
+    """Refuse, with one line saying what to do, where forking the workers is unavailable or unsafe.
+
+    The engine forks its workers (start method "fork") so they inherit the shared memory; it needs Linux
+    (fork, memfd, PR_SET_PDEATHSIG). A fork is unsafe once this process has initialised CUDA (a forked child
+    cannot use it) or started torch's CPU thread pool (OpenMP's pool does not survive a fork: the child's
+    first parallel operation hangs), so both are refused.
+    """
+    if sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
+        raise ForkError(f"asyncrl forks its worker processes and needs Linux (this is {sys.platform}); run it in "
+                        f"a Linux machine, container or WSL2")
+    if threading.current_thread() is not threading.main_thread():
+        raise ForkError("asyncrl.train must be called from the main thread (it handles SIGINT/SIGTERM to stop "
+                        "the run cleanly); call it there, or run asyncrl-train in a subprocess")
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        raise ForkError("CUDA is already initialised in this process and forked workers cannot use it; start the "
+                        "training before any CUDA work (e.g. in a fresh notebook kernel), or run asyncrl-train")
+    if torch_threads_started():
+        raise ForkError("torch has started its CPU thread pool in this process, which a forked worker cannot "
+                        "use; start the training before any torch work (e.g. in a fresh notebook kernel or "
+                        "script), or run asyncrl-train in a subprocess")
+
+
+def torch_threads_started(timeout: float = 10.0) -> bool:
+    """True when a forked child of this process cannot run a parallel torch operation (it hangs).
+
+    That is the case once torch has used its OpenMP thread pool here: the pool's threads are not copied by a
+    fork, and the child's first parallel region waits for them forever. Probed in a forked child, since no
+    API says whether the pool exists; the probe takes milliseconds when the fork is safe.
+    """
+    import torch
+
+    pid = os.fork()
+    if pid == 0:  # the probe: one elementwise op large enough to run on every thread
+        try:
+            torch.ones(1 << 21).add_(1)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return False
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return True
+
+
+def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]:
+    """Validate `cfg` and train in this process: (exit code, why the run stopped).
+
+    Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
+    """
+    cfg.validate()
+    check_can_fork()
+    for change in resume_changes(cfg):  # settings the command line changed from the saved run's
+        out(change, flush=True)
+    if cfg.device.startswith("cuda"):
+        require_cuda()
+    distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
+    from asyncrl.runtime.runner import Runner
+
+    runner = Runner(cfg)
+    out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
+        f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
+    return runner.run(), runner.stop_reason
+
+
+def require_cuda() -> None:
+    """Probe CUDA in a subprocess: the runner itself must not initialise it (the workers are forked)."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    if subprocess.run([sys.executable, "-c", probe]).returncode:
+        raise ConfigError("--device cuda: no CUDA device is available; use --device auto or cpu")

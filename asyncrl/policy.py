@@ -1,0 +1,168 @@
+"""A trained policy as a torch module, loaded from a run directory.
+
+`load_policy(RUN_DIR)` returns a `Policy`: raw env observations (numpy or tensor, one or a batch) -> actions,
+greedy by default, sampled with `sample=True`. `PolicyHead` (raw observations -> the policy head's output,
+with the observation normaliser and preprocessing inside) is also what `asyncrl-export` writes to a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.actor_critic import ActorCritic
+
+OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
+NORM_EPS = 1e-8
+
+
+class PolicyLoadError(ValueError):
+    """A run whose policy cannot be loaded (no directory, no good checkpoint, a model that does not match)."""
+
+
+class PolicyHead(nn.Module):
+    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32).
+
+    Everything the trained model does to an observation is inside: the running observation normaliser when
+    the run used one (clipped to +-5), the CNN's `/ 255` scaling of uint8 frames. It computes in float32.
+    """
+
+    def __init__(self, model: ActorCritic):
+        super().__init__()
+        self.encoder = model.encoder
+        self.policy_head = model.policy_head
+        norm = model.obs_normalizer
+        self.normalize = norm is not None
+        shape = norm.shape if norm is not None else (1,)
+        # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
+        self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
+        self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
+        if not model.discrete:
+            self.register_buffer("log_std", model.log_std.detach().float().clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.normalize:
+            x = obs.float()
+            obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
+        return self.policy_head(self.encoder(obs))
+
+
+@dataclass
+class LoadedRun:
+    model: ActorCritic
+    spec: EnvSpec
+    config: dict[str, Any]
+    checkpoint: str
+    version: Any
+
+
+def load_run_policy(run_dir: str, device: str = "cpu") -> LoadedRun:
+    """The run's model from its latest good checkpoint, in float32 and eval mode."""
+    from asyncrl.config import Config
+    from asyncrl.envs.base import EnvError
+    from asyncrl.envs.registry import make_env_spec
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+
+    if not os.path.isdir(run_dir):
+        raise PolicyLoadError(f"no run directory {run_dir}")
+    try:
+        path, state = load_latest_checkpoint(run_dir, map_location=device, warn=lambda msg: None)
+    except CheckpointError as exc:
+        raise PolicyLoadError(f"{exc}; train the run first (asyncrl-train)") from None
+    try:
+        config = json.loads(state["config"])
+        cfg = Config.from_dict(config)
+        spec = make_env_spec(state.get("env", cfg.env))
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
+    except EnvError as exc:
+        raise PolicyLoadError(f"cannot build the env {cfg.env!r} to size the model: {exc}") from None
+    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+    try:
+        model.load_state_dict(state["learner"]["model"])
+    except (RuntimeError, KeyError) as exc:
+        raise PolicyLoadError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}"
+                              ) from None
+    return LoadedRun(model.eval(), spec, config, path, state["learner"].get("version"))
+
+
+class Policy(nn.Module):
+    """Raw observations -> actions, for a trained run (see `load_policy`).
+
+    Takes one observation (the env's observation shape) or a batch of them (a leading batch dimension), as a
+    numpy array or a tensor, and returns actions of the same kind: a numpy array (a numpy scalar for one
+    discrete action) for numpy input, a tensor for tensor input. Greedy actions are the most likely action
+    (discrete) or the Gaussian mean clipped to the action bounds (continuous).
+    """
+
+    def __init__(self, run: LoadedRun, sample: bool = False):
+        super().__init__()
+        self.head = PolicyHead(run.model)
+        self.spec = run.spec
+        self.sample = sample
+        self.checkpoint, self.version, self.config = run.checkpoint, run.version, run.config
+        self.obs_shape = tuple(run.spec.obs_shape)
+        self.obs_dtype = np.dtype(run.spec.obs_dtype)
+        if not run.spec.discrete:
+            box = run.spec.action_space
+            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)))
+            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)))
+
+    @property
+    def discrete(self) -> bool:
+        return self.spec.discrete
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.obs_mean.device
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output for a batch of raw observations: logits, or Gaussian means."""
+        return self.head(obs)
+
+    @torch.no_grad()
+    def forward(self, obs: np.ndarray | torch.Tensor, sample: bool | None = None) -> np.ndarray | torch.Tensor:
+        as_numpy = not isinstance(obs, torch.Tensor)
+        x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
+        single = tuple(x.shape) == self.obs_shape
+        if not single and tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
+                             f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
+        out = self.head(x.unsqueeze(0) if single else x)
+        actions = self._sample(out) if (self.sample if sample is None else sample) else self._greedy(out)
+        if single:
+            actions = actions[0]
+        if not as_numpy:
+            return actions
+        actions = actions.cpu().numpy()
+        return actions[()] if actions.ndim == 0 else actions  # one discrete action: a numpy scalar
+
+    def _greedy(self, out: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return out.argmax(-1)
+        return torch.clamp(out, self.action_low, self.action_high)
+
+    def _sample(self, out: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return torch.distributions.Categorical(logits=out).sample()
+        noisy = out + self.head.log_std.exp() * torch.randn_like(out)
+        return torch.clamp(noisy, self.action_low, self.action_high)
+
+
+def load_policy(run_dir: str, sample: bool = False, device: str = "cpu") -> Policy:
+    """The policy of the run's newest good checkpoint, in eval mode: `policy(obs) -> action`.
+
+    `obs` are raw observations as asyncrl's env for the run returns them (for gymnasium ids, what
+    `gymnasium.make(id)` returns; for `atari_<game>`, stacked 84x84 grayscale frames, channels first).
+    `sample=True` samples actions from the policy's distribution instead of taking the most likely one;
+    `policy(obs, sample=...)` overrides it per call. Raises PolicyLoadError if the run has no usable policy.
+    """
+    return Policy(load_run_policy(run_dir, device), sample).eval()

@@ -1,0 +1,222 @@
+"""The Python API: asyncrl.train() from a plain script trains like asyncrl-train; load_policy plays the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.models.actor_critic import build_model
+from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from tests.conftest import train_command
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAMES = 150_000  # as tests/test_e2e.py's CartPole run: the vector preset reaches 450 well within it
+TARGET = 450.0
+
+SCRIPT = """\
+import json
+import sys
+
+import asyncrl
+
+if __name__ == "__main__":
+    assert "torch" not in sys.modules  # the runner forks its workers from this process: it stays torch-free
+    result = asyncrl.train(env="CartPole-v1", frames={frames}, config=sys.argv[2], train_dir=sys.argv[1],
+                           experiment="cp")
+    print("RESULT " + json.dumps({{"run_dir": result.run_dir, "metrics": result.metrics,
+                                  "exit_code": result.exit_code, "stop_reason": result.stop_reason}}))
+"""
+
+
+@dataclasses.dataclass
+class TrainedRun:
+    train_dir: Path
+    run_dir: Path
+    result: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """One CartPole run through asyncrl.train() in a script, shared by the tests of this module."""
+    root = tmp_path_factory.mktemp("api")
+    script = root / "train_cartpole.py"
+    script.write_text(SCRIPT.format(frames=FRAMES))
+    settings = root / "settings.yaml"
+    settings.write_text("report-interval: 1\n")  # a config file alongside the keyword flags
+    proc = subprocess.run([sys.executable, str(script), str(root / "train"), str(settings)], capture_output=True,
+                          text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    return TrainedRun(root / "train", Path(result["run_dir"]), result)
+
+
+def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: TrainedRun) -> None:
+    result, run_dir = trained.result, trained.run_dir
+    assert run_dir == trained.train_dir / "cp" and result["exit_code"] == 0 and result["stop_reason"] == "frames"
+    records = read_metrics(str(run_dir))
+    assert result["metrics"] == records[-1] and records[-1]["frames"] >= 0.9 * FRAMES  # a tail under 1 s: no record
+    best = max(r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None)
+    assert best >= TARGET, f"best mean return {best}"
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["report_interval"] == 1.0 and saved["batch_size"] == 256  # the file's value and the preset's
+    cli = subprocess.run([*train_command(), "--env", "CartPole-v1", "--frames", str(FRAMES), "--report-interval",
+                          "1", "--train-dir", str(trained.train_dir), "--experiment", "cp", "--print-config"],
+                         capture_output=True, text=True, timeout=60)
+    assert json.loads(cli.stdout) == saved  # the command line resolves the same configuration
+
+
+def test_load_policy_is_the_trained_models_greedy_policy(trained: TrainedRun) -> None:
+    policy = asyncrl.load_policy(str(trained.run_dir))
+    assert isinstance(policy, torch.nn.Module) and not policy.training
+    obs = (np.random.default_rng(0).standard_normal((64, 4)) * [1.0, 1.0, 0.1, 1.0]).astype(np.float32)
+    _, state = load_latest_checkpoint(str(trained.run_dir))
+    cfg = Config.from_dict(json.loads(state["config"]))
+    model = build_model(make_env_spec(cfg.env), cfg.hidden_size, cfg.normalize_obs)
+    model.load_state_dict(state["learner"]["model"])
+    with torch.no_grad():
+        expected = model.eval()(torch.from_numpy(obs))[0].argmax(-1).numpy()
+    actions = policy(obs)
+    assert isinstance(actions, np.ndarray) and actions.shape == (64,)
+    np.testing.assert_array_equal(actions, expected)
+    assert torch.equal(policy(torch.from_numpy(obs)), torch.from_numpy(expected))  # tensor in, tensor out
+    single = policy(obs[3].astype(np.float64))  # one observation, any float dtype
+    assert isinstance(single, np.integer) and single == expected[3]
+    # sample=True draws from the policy's distribution: at the observation nearest the decision boundary, the
+    # share of action 1 over 4000 draws matches its probability
+    probe = (np.random.default_rng(1).standard_normal((4096, 4)) * [1.0, 1.0, 0.1, 1.0]).astype(np.float32)
+    with torch.no_grad():
+        p1 = torch.softmax(model(torch.from_numpy(probe))[0], -1)[:, 1].numpy()
+    i = int(np.abs(p1 - 0.5).argmin())
+    assert 0.1 < p1[i] < 0.9, p1[i]
+    draws = policy(np.repeat(probe[i:i + 1], 4000, axis=0), sample=True)
+    assert set(np.unique(draws)) <= {0, 1} and abs(draws.mean() - p1[i]) < 0.05, (draws.mean(), p1[i])
+
+
+def test_a_loaded_policy_balances_the_pole(trained: TrainedRun) -> None:
+    torch.set_num_threads(1)
+    policy = asyncrl.load_policy(str(trained.run_dir))
+    env = gym.make("CartPole-v1")
+    scores = []
+    for episode in range(3):
+        obs, _ = env.reset(seed=100 + episode)
+        done, score = False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            score += float(reward)
+            done = terminated or truncated
+        scores.append(score)
+    env.close()
+    assert np.mean(scores) > 400, scores
+
+
+@pytest.mark.parametrize("env", ["Pendulum-v1", "atari_pong"])
+def test_load_policy_for_continuous_actions_and_frames(tmp_path: Path, env: str) -> None:
+    """A checkpoint saved the way the learner saves one (untrained weights; Pendulum with a shifted normaliser)."""
+    spec = make_env_spec(env)
+    cfg = Config(env=env, normalize_obs=not spec.discrete, train_dir=str(tmp_path), experiment="run", workers=1)
+    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs)
+    if cfg.normalize_obs:
+        model.obs_normalizer.update(torch.randn(500, *spec.obs_shape, dtype=torch.float64) * 3 + 1)
+        with torch.no_grad():
+            model.policy_head.bias.fill_(2.0)  # means on both sides of the bound of 2
+            model.policy_head.weight.mul_(100)
+    save_checkpoint(cfg.run_dir, 7, {"learner": {"model": model.state_dict(), "version": 7}, "env_steps": 0,
+                                     "config": cfg.to_json(), "env": env}, keep=1)
+    policy = asyncrl.load_policy(cfg.run_dir)
+    rng = np.random.default_rng(2)
+    if spec.discrete:
+        obs = rng.integers(0, 256, (3, *spec.obs_shape), dtype=np.uint8)
+    else:
+        obs = (rng.standard_normal((50, *spec.obs_shape)) * 4).astype(np.float32)
+    with torch.no_grad():
+        out = model.eval()(torch.from_numpy(obs))[0].numpy()
+    actions = policy(obs)
+    if spec.discrete:
+        np.testing.assert_array_equal(actions, out.argmax(-1))
+        assert policy(obs[1]) == out[1].argmax()
+    else:
+        np.testing.assert_allclose(actions, np.clip(out, -2.0, 2.0), atol=1e-5)
+        assert actions.shape == (50, 1) and (actions == 2.0).any() and policy(obs[0]).shape == (1,)
+        sampled = policy(obs, sample=True)
+        assert sampled.shape == (50, 1) and np.abs(sampled).max() <= 2.0 and not np.allclose(sampled, actions)
+    assert policy.version == 7 and policy.spec.name == spec.name
+    with pytest.raises(asyncrl.PolicyLoadError, match="no run directory"):
+        asyncrl.load_policy(str(tmp_path / "missing"))
+
+
+def test_train_refuses_bad_settings_before_starting(trained: TrainedRun, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'batch_sise'.*batch_size"):
+        asyncrl.train(env="CartPole-v1", batch_sise=64, train_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="--batch-size 100 must be a multiple"):
+        asyncrl.train(Config(env="CartPole-v1", batch_size=100, train_dir=str(tmp_path)))
+    assert not any(tmp_path.iterdir())
+
+
+def test_import_stays_light_and_an_unsafe_fork_is_refused(trained: TrainedRun) -> None:
+    code = textwrap.dedent("""
+        import sys
+        import asyncrl
+        asyncrl.train, asyncrl.Config
+        assert "torch" not in sys.modules, "import asyncrl loaded torch"
+        try:  # an existing run is never overwritten
+            asyncrl.train(env="CartPole-v1", train_dir=sys.argv[1], experiment="cp")
+        except asyncrl.ConfigError as exc:
+            print(exc)
+        import torch
+        torch.set_num_threads(2)
+        torch.ones(1 << 21).add_(1)  # starts torch's thread pool, which a forked worker could not use
+        try:
+            asyncrl.train(env="CartPole-v1", frames=1000, train_dir=sys.argv[1], experiment="never")
+        except asyncrl.ForkError as exc:
+            print(exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(trained.train_dir)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if not line.startswith("asyncrl: ")]  # not the run's header
+    assert len(lines) == 2 and "already exists; pass --resume" in lines[0], proc.stdout
+    assert "torch has started its CPU thread pool" in lines[1]
+    assert not (trained.train_dir / "never").exists()
+
+
+def test_fork_is_refused_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncrl.launch import ForkError, check_can_fork
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(ForkError, match="needs Linux"):
+        check_can_fork()
+
+
+def test_a_failed_run_raises_training_failed(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import sys
+        import asyncrl
+        from tests.faults import _plant_learner_fault
+
+        if __name__ == "__main__":
+            _plant_learner_fault("learner_raise")  # the forked learner raises after 20 updates
+            try:
+                asyncrl.train(env="CartPole-v1", seconds=120, train_dir=sys.argv[1], experiment="f")
+            except asyncrl.TrainingFailed as exc:
+                print("FAILED", exc.result.exit_code, exc.result.run_dir, exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"FAILED 1 {tmp_path / 'f'} training in {tmp_path / 'f'} failed (exit code 1)" in proc.stdout, proc.stdout
+    assert "the learner crashed" in proc.stderr
