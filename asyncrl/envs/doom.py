@@ -21,6 +21,10 @@ import dataclasses
 import difflib
 import itertools
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +128,16 @@ def doom_env_spec(name: str) -> EnvSpec:
     return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), gym.spaces.Discrete(len(sc.actions)), frameskip=FRAMESKIP)
 
 
+@contextmanager
+def _cwd(path: str) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 class DoomVecEnv(VecEnv):
     """`num_envs` games of one scenario.
 
@@ -146,6 +160,7 @@ class DoomVecEnv(VecEnv):
         self._action_table = [row.tolist() for row in table]
         self._scale = self.scenario.reward_scale if training else 1.0
         self.games: list[Any] = []
+        self._workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
         try:
             for _ in range(num_envs):
                 self.games.append(self._make_game(buttons))
@@ -166,6 +181,7 @@ class DoomVecEnv(VecEnv):
         game = vzd.DoomGame()
         try:
             game.load_config(os.path.join(vzd.scenarios_path, self.scenario.config))
+            game.set_doom_config_path(os.devnull)  # no _vizdoom.ini read or written
             self._config_timeout = int(game.get_episode_timeout())
             game.set_episode_timeout(0)  # enforced in step() so that a truncated episode still has a last frame
             game.set_mode(vzd.Mode.PLAYER)
@@ -183,7 +199,8 @@ class DoomVecEnv(VecEnv):
             if self.scenario.bots:
                 game.add_game_args(BOT_GAME_ARGS)
                 game.set_frag_reward(1.0)
-            game.init()
+            with _cwd(self._workdir):  # the engine process starts in init() and inherits the cwd
+                game.init()
         except BaseException:
             game.close()
             raise
@@ -238,6 +255,7 @@ class DoomVecEnv(VecEnv):
         for game in self.games:
             game.close()  # stops the engine process
         self.games = []
+        shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _new_episode(self, game: Any) -> None:
         if self.scenario.bots:  # before new_episode: bots added after it end the episode within a few tics
