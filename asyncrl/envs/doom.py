@@ -266,6 +266,7 @@ class DoomVecEnv(VecEnv):
 
     def _read_state(self, i: int, frames: np.ndarray, variables: np.ndarray) -> None:
         state = self.games[i].get_state()
-        screen = state.screen_buffer.reshape(3, HEIGHT, 2, WIDTH, 2)
-        frames[i] = (screen.sum(axis=(2, 4), dtype=np.uint16) + 2) >> 2  # 2x2 average, rounded
+        rows = state.screen_buffer.reshape(3, HEIGHT, 2, 2 * WIDTH).astype(np.uint16)
+        pairs = (rows[:, :, 0] + rows[:, :, 1]).reshape(3, HEIGHT, WIDTH, 2)  # two rows summed, then two columns
+        frames[i] = (pairs[..., 0] + pairs[..., 1] + 2) >> 2  # 2x2 average, rounded (sum(axis=...) is 20x slower)
         variables[i] = state.game_variables
