@@ -171,3 +171,14 @@ def test_missing_extra_is_a_one_line_error(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "doom_basic" in lines[0] and "pip install 'asyncrl[doom]'" in lines[0]
+
+
+def test_nature_cnn_takes_the_wide_frames() -> None:
+    import torch
+
+    from asyncrl.envs.doom import OBS_SHAPE
+    from asyncrl.models.encoders import NatureCNN
+
+    cnn = NatureCNN(*OBS_SHAPE)
+    assert cnn(torch.zeros(2, *OBS_SHAPE, dtype=torch.uint8)).shape == (2, 512)
+    assert cnn.fc[0].in_features == 64 * 5 * 12  # 72x128 -> 17x31 -> 7x14 -> 5x12
