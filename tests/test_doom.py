@@ -43,7 +43,16 @@ class Buffers:
 
 
 def engines() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "vizdoom" in p.name().lower()]
+    """This process's VizDoom engines and engine watchdogs."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.name() == "vizdoom" or "asyncrl-doom-watchdog" in p.cmdline()]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed; reaping is its new parent's job
+    except psutil.NoSuchProcess:
+        return True
 
 
 @pytest.fixture
@@ -78,7 +87,7 @@ def test_spec_spaces_and_engine_processes(doom: list) -> None:
     env = make_vec_env("doom_basic", 2)
     doom.append(env)
     assert env.spec == spec
-    assert len(engines()) >= 2  # one engine process per game ...
+    assert len(env.engine_pids) == 2 and {p.pid for p in engines()} >= set(env.engine_pids)  # one per game ...
     env.close()
     psutil.wait_procs(engines(), timeout=10)
     assert not engines()  # ... and close() ends them
@@ -182,3 +191,25 @@ def test_nature_cnn_takes_the_wide_frames() -> None:
     cnn = NatureCNN(*OBS_SHAPE)
     assert cnn(torch.zeros(2, *OBS_SHAPE, dtype=torch.uint8)).shape == (2, 512)
     assert cnn.fc[0].in_features == 64 * 5 * 12  # 72x128 -> 17x31 -> 7x14 -> 5x12
+
+
+@needs_vizdoom
+def test_engines_die_with_their_process() -> None:
+    """Engines ignore SIGTERM and outlive their parent; the watchdog kills them when the parent is SIGKILLed."""
+    code = ("from asyncrl.envs.doom import DoomVecEnv; import time; "
+            "env = DoomVecEnv('doom_basic', 2); print(env.workdir, *env.engine_pids, flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        workdir, *words = proc.stdout.readline().split()  # type: ignore[union-attr]
+        pids = [int(p) for p in words]
+        assert len(pids) == 2 and not any(gone(p) for p in pids) and Path(workdir).is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(p) for p in pids), f"engines {pids} outlived their SIGKILLed process"
+    while Path(workdir).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(workdir).exists()

@@ -22,6 +22,7 @@ import difflib
 import itertools
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 
 from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv
 
@@ -41,6 +43,10 @@ OBS_SHAPE = (3, HEIGHT, WIDTH)
 # The vector observation every scenario exposes (`DoomVecEnv.game_variables`), in this order.
 GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
 INSTALL_HINT = "pip install 'asyncrl[doom]'"
+# Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
+# this process SIGKILLs them (and removes their directory) when the pipe closes, i.e. when this process dies
+# without close(), even by SIGKILL. Arguments: the directory, then the engine pids.
+WATCHDOG = 'read _; dir=$1; shift; kill -9 "$@"; rm -rf "$dir"'
 BOT_GAME_ARGS = (
     "-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
     "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
@@ -160,10 +166,17 @@ class DoomVecEnv(VecEnv):
         self._action_table = [row.tolist() for row in table]
         self._scale = self.scenario.reward_scale if training else 1.0
         self.games: list[Any] = []
-        self._workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
+        self.engine_pids: list[int] = []  # the engine processes, children of this process
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self.workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
         try:
+            me = psutil.Process()
+            before = {p.pid for p in me.children()}
             for _ in range(num_envs):
                 self.games.append(self._make_game(buttons))
+            self.engine_pids = sorted(p.pid for p in me.children() if p.pid not in before and p.name() == "vizdoom")
+            command = ["sh", "-c", WATCHDOG, "asyncrl-doom-watchdog", self.workdir, *map(str, self.engine_pids)]
+            self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE, start_new_session=True)
         except BaseException:
             self.close()
             raise
@@ -199,7 +212,7 @@ class DoomVecEnv(VecEnv):
             if self.scenario.bots:
                 game.add_game_args(BOT_GAME_ARGS)
                 game.set_frag_reward(1.0)
-            with _cwd(self._workdir):  # the engine process starts in init() and inherits the cwd
+            with _cwd(self.workdir):  # the engine process starts in init() and inherits the cwd
                 game.init()
         except BaseException:
             game.close()
@@ -252,10 +265,15 @@ class DoomVecEnv(VecEnv):
         return stats
 
     def close(self) -> None:
+        if self._watchdog is not None:  # stopped first: it must not signal pids that close() has freed
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog.stdin.close()  # type: ignore[union-attr]
+            self._watchdog = None
         for game in self.games:
             game.close()  # stops the engine process
         self.games = []
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _new_episode(self, game: Any) -> None:
         if self.scenario.bots:  # before new_episode: bots added after it end the episode within a few tics
