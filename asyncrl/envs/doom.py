@@ -176,7 +176,8 @@ class DoomVecEnv(VecEnv):
                 self.games.append(self._make_game(buttons))
             self.engine_pids = sorted(p.pid for p in me.children() if p.pid not in before and p.name() == "vizdoom")
             command = ["sh", "-c", WATCHDOG, "asyncrl-doom-watchdog", self.workdir, *map(str, self.engine_pids)]
-            self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE, start_new_session=True)
+            self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
             self.close()
             raise
