@@ -48,6 +48,10 @@ def engines() -> list[psutil.Process]:
             if p.name() == "vizdoom" or "asyncrl-doom-watchdog" in p.cmdline()]
 
 
+def vizdoom_shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("ViZDoom*")}
+
+
 def gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed; reaping is its new parent's job
@@ -61,6 +65,7 @@ def doom() -> Iterator[list]:
     from asyncrl.envs.doom import DoomVecEnv
 
     made: list[DoomVecEnv] = []
+    shm_before = vizdoom_shm()
     yield made
     for env in made:
         env.close()
@@ -68,6 +73,7 @@ def doom() -> Iterator[list]:
     while engines() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not engines(), f"VizDoom engines left running: {engines()}"
+    assert not vizdoom_shm() - shm_before, "close() left VizDoom shared memory in /dev/shm"
 
 
 def make(doom: list, name: str, n: int, **kwargs):  # noqa: ANN201
@@ -197,12 +203,15 @@ def test_nature_cnn_takes_the_wide_frames() -> None:
 def test_engines_die_with_their_process() -> None:
     """Engines ignore SIGTERM and outlive their parent; the watchdog kills them when the parent is SIGKILLed."""
     code = ("from asyncrl.envs.doom import DoomVecEnv; import time; "
-            "env = DoomVecEnv('doom_basic', 2); print(env.workdir, *env.engine_pids, flush=True); time.sleep(120)")
+            "env = DoomVecEnv('doom_basic', 2); print(env.workdir, *env.engine_pids, flush=True); "
+            "print(*env.shm_paths, flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         workdir, *words = proc.stdout.readline().split()  # type: ignore[union-attr]
+        shm = [Path(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
         pids = [int(p) for p in words]
         assert len(pids) == 2 and not any(gone(p) for p in pids) and Path(workdir).is_dir()
+        assert len(shm) == 6 and all(p.exists() for p in shm)
     finally:
         proc.kill()
         proc.wait()
@@ -210,6 +219,6 @@ def test_engines_die_with_their_process() -> None:
     while not all(gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(gone(p) for p in pids), f"engines {pids} outlived their SIGKILLed process"
-    while Path(workdir).exists() and time.monotonic() < deadline:
+    while (Path(workdir).exists() or any(p.exists() for p in shm)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(workdir).exists()
+    assert not Path(workdir).exists() and not any(p.exists() for p in shm)

@@ -44,9 +44,11 @@ OBS_SHAPE = (3, HEIGHT, WIDTH)
 GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
 INSTALL_HINT = "pip install 'asyncrl[doom]'"
 # Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
-# this process SIGKILLs them (and removes their directory) when the pipe closes, i.e. when this process dies
-# without close(), even by SIGKILL. Arguments: the directory, then the engine pids.
-WATCHDOG = 'read _; dir=$1; shift; kill -9 "$@"; rm -rf "$dir"'
+# this process SIGKILLs them when the pipe closes, i.e. when this process dies without close() (even by
+# SIGKILL), then removes their directory and the shared memory and message queues close() would have removed.
+# Arguments: the directory, the /dev/shm paths (one word, space-separated), then the engine pids.
+WATCHDOG = 'read _; dir=$1; shm=$2; shift 2; kill -9 "$@"; rm -rf "$dir" $shm'
+SHM_NAMES = ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom")  # + the engine's instance id, in /dev/shm
 BOT_GAME_ARGS = (
     "-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
     "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
@@ -134,6 +136,14 @@ def doom_env_spec(name: str) -> EnvSpec:
     return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), gym.spaces.Discrete(len(sc.actions)), frameskip=FRAMESKIP)
 
 
+def _instance_id(engine: psutil.Process) -> str:
+    args = engine.cmdline()
+    instance = args[args.index("+viz_instance_id") + 1]
+    if not instance.isalnum():
+        raise RuntimeError(f"unexpected VizDoom instance id {instance!r}")
+    return instance
+
+
 @contextmanager
 def _cwd(path: str) -> Iterator[None]:
     previous = os.getcwd()
@@ -167,6 +177,7 @@ class DoomVecEnv(VecEnv):
         self._scale = self.scenario.reward_scale if training else 1.0
         self.games: list[Any] = []
         self.engine_pids: list[int] = []  # the engine processes, children of this process
+        self.shm_paths: list[str] = []  # their shared memory and message queues
         self._watchdog: subprocess.Popen[bytes] | None = None
         self.workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
         try:
@@ -174,8 +185,11 @@ class DoomVecEnv(VecEnv):
             before = {p.pid for p in me.children()}
             for _ in range(num_envs):
                 self.games.append(self._make_game(buttons))
-            self.engine_pids = sorted(p.pid for p in me.children() if p.pid not in before and p.name() == "vizdoom")
-            command = ["sh", "-c", WATCHDOG, "asyncrl-doom-watchdog", self.workdir, *map(str, self.engine_pids)]
+            engines = [p for p in me.children() if p.pid not in before and p.name() == "vizdoom"]
+            self.engine_pids = [p.pid for p in engines]
+            self.shm_paths = [f"/dev/shm/{prefix}{_instance_id(p)}" for p in engines for prefix in SHM_NAMES]
+            command = ["sh", "-c", WATCHDOG, "asyncrl-doom-watchdog", self.workdir, " ".join(self.shm_paths),
+                       *map(str, self.engine_pids)]
             self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                               stderr=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
