@@ -9,6 +9,9 @@ from typing import Any
 
 PRESETS: dict[str, dict[str, Any]] = {
     "atari": {},
+    # VizDoom frames go through the same Nature CNN; Atari's settings, with rewards scaled per scenario in
+    # asyncrl/envs/doom.py (SCENARIOS) instead of clipped.
+    "doom": {},
     # Vector observations, MLP policy (CartPole, Pendulum, custom envs). Many small updates per sample; a low
     # value weight because policy and value share the MLP trunk and unscaled returns would swamp the policy.
     "vector": {
@@ -20,7 +23,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset_name(env: str) -> str:
-    return "atari" if env.startswith("atari_") else "vector"
+    if env.startswith("atari_"):
+        return "atari"
+    return "doom" if env.startswith("doom_") else "vector"
 
 
 def preset_for(env: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Env names to `EnvSpec`s and `VecEnv`s.
 
-Names: `atari_<rom>` (ale_py's C++ vector env), `null`, a registered gymnasium id, or `module:callable`
-where the callable returns a `gymnasium.Env`. This module stays light: no torch, and ale_py is imported
-only for Atari names (or to suggest close matches for an unknown name).
+Names: `atari_<rom>` (ale_py's C++ vector env), `doom_<scenario>` (VizDoom, the optional `doom` extra), `null`,
+a registered gymnasium id, or `module:callable` where the callable returns a `gymnasium.Env`. This module stays
+light: no torch, ale_py is imported only for Atari names (or to suggest close matches for an unknown name) and
+vizdoom only for Doom names.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from collections.abc import Callable
 import gymnasium as gym
 
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
+from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
 from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
 
 ATARI_PREFIX = "atari_"
-NAME_HELP = "Run with a registered gymnasium id, atari_<game>, null, or module:callable"
+NAME_HELP = "Run with a registered gymnasium id, atari_<game>, doom_<scenario>, null, or module:callable"
 
 
 def make_env_spec(name: str) -> EnvSpec:
     """Describe env `name`, creating at most one env (and closing it)."""
     if name == "null":
         return NULL_SPEC
+    if name.startswith(DOOM_PREFIX):
+        return doom_env_spec(name)
     if name.startswith(ATARI_PREFIX):
         env = make_vec_env(name, 1)
         try:
@@ -40,13 +44,17 @@ def make_env_spec(name: str) -> EnvSpec:
 
 def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
                  render_mode: str | None = None, max_episode_frames: int | None = None) -> VecEnv:
-    """Create `num_envs` copies of env `name`; `training`, `num_threads` and `max_episode_frames` (None: the
-    backend's default) only affect Atari, `render_mode` only registered gymnasium ids (custom callables make
-    their envs as they like)."""
+    """Create `num_envs` copies of env `name`; `training` affects Atari and Doom, `num_threads` and
+    `max_episode_frames` (None: the backend's default) only Atari, `render_mode` only registered gymnasium ids
+    (custom callables make their envs as they like)."""
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     if name == "null":
         return NullVecEnv(num_envs)
+    if name.startswith(DOOM_PREFIX):
+        from asyncrl.envs.doom import DoomVecEnv
+
+        return DoomVecEnv(name, num_envs, training=training)
     if name.startswith(ATARI_PREFIX):
         game = name[len(ATARI_PREFIX) :]
         if game not in _rom_ids():

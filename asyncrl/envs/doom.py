@@ -1,0 +1,295 @@
+"""VizDoom scenarios (`doom_<scenario>`), stepped one after another in this process.
+
+Each env is one `vizdoom.DoomGame` (an engine child process driven over shared memory). Frames are rendered at
+256x144 (16:9, the wide field of view) in channels-first RGB and averaged 2x2 down to 3x72x128 uint8. One agent
+step is `make_action(action, 4)`: four emulator tics with the action held, so `EnvSpec.frameskip = 4` and frame
+counts are tics. Actions are a Discrete set of button combinations per scenario (`SCENARIOS`).
+
+Episode ends follow the terminated/truncated split of the step signature
+`step(actions, obs_out, reward_out, terminated_out, truncated_out, final_obs_out)`: the scenario's
+`episode_timeout` is enforced here (VizDoom's own is switched off, since a finished VizDoom episode has no
+state left to read), so a timeout is a truncation whose last frame goes to `final_obs_out`; death or the
+scenario's own end (the monster killed in basic, the vest reached in my_way_home) is a termination. In the bot
+deathmatch a death is not an episode end: the player respawns and the match runs to the timeout.
+
+vizdoom is an optional extra and is imported only when a Doom env is made.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import psutil
+
+from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv
+
+DOOM_PREFIX = "doom_"
+FRAMESKIP = 4
+HEIGHT, WIDTH = 72, 128  # rendered at twice this (RES_256X144) and averaged 2x2
+RENDER_RESOLUTION = "RES_256X144"
+OBS_SHAPE = (3, HEIGHT, WIDTH)
+# The vector observation every scenario exposes (`DoomVecEnv.game_variables`), in this order.
+GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
+INSTALL_HINT = "pip install 'asyncrl[doom]'"
+# Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
+# this process SIGKILLs them when the pipe closes, i.e. when this process dies without close() (even by
+# SIGKILL), then removes their directory and the shared memory and message queues close() would have removed.
+# Arguments: the directory, the /dev/shm paths (one word, space-separated), then the engine pids.
+WATCHDOG = 'read _; dir=$1; shm=$2; shift 2; kill -9 "$@"; rm -rf "$dir" $shm'
+SHM_NAMES = ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom")  # + the engine's instance id, in /dev/shm
+BOT_GAME_ARGS = (
+    "-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
+    "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
+)
+
+Option = tuple[str, ...]  # buttons held together; () is no-op
+Group = tuple[Option, ...]  # mutually exclusive choices; an action picks one option from every group
+
+NOOP: Option = ()
+TURN: Group = (NOOP, ("TURN_LEFT",), ("TURN_RIGHT",))
+ATTACK: Group = (NOOP, ("ATTACK",))
+FORWARD: Group = (NOOP, ("MOVE_FORWARD",))
+FORWARD_BACK: Group = (NOOP, ("MOVE_FORWARD",), ("MOVE_BACKWARD",))
+STRAFE: Group = (NOOP, ("MOVE_LEFT",), ("MOVE_RIGHT",))
+
+
+@dataclass(frozen=True)
+class DoomScenario:
+    """One `doom_<name>` env: a config shipped with vizdoom, its action set and its training reward scale."""
+
+    config: str  # file in vizdoom.scenarios_path
+    groups: tuple[Group, ...]  # the Discrete actions are the product of these groups, in order
+    reward_scale: float = 1.0  # training reward = raw reward x scale (episode stats stay raw)
+    timeout: int | None = None  # episode limit in tics; None: the config's episode_timeout (0: none)
+    bots: int = 0  # deathmatch bots added at every episode start (multiplayer host)
+
+    @property
+    def actions(self) -> list[Option]:
+        return [tuple(b for option in combo for b in option) for combo in itertools.product(*self.groups)]
+
+    @property
+    def buttons(self) -> list[str]:
+        return list(dict.fromkeys(b for group in self.groups for option in group for b in option))
+
+
+SCENARIOS: dict[str, DoomScenario] = {
+    # noop, left, right, attack (single buttons, as in Sample Factory); living reward -1/tic, kill +100
+    "basic": DoomScenario("basic.cfg", ((NOOP, ("MOVE_LEFT",), ("MOVE_RIGHT",), ("ATTACK",)),), 0.01),
+    "defend_the_center": DoomScenario("defend_the_center.cfg", (TURN, ATTACK)),
+    "defend_the_line": DoomScenario("defend_the_line.cfg", (TURN, ATTACK)),
+    "health_gathering": DoomScenario("health_gathering.cfg", (TURN, FORWARD), 0.01),
+    "health_gathering_supreme": DoomScenario("health_gathering_supreme.cfg", (TURN, FORWARD), 0.01),
+    "my_way_home": DoomScenario("my_way_home.cfg", (TURN, (NOOP, ("MOVE_FORWARD",), ("MOVE_LEFT",), ("MOVE_RIGHT",)))),
+    "deadly_corridor": DoomScenario("deadly_corridor.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK), 0.01),
+    "take_cover": DoomScenario("take_cover.cfg", (STRAFE,), 0.01),
+    # an arena against spawning monsters (single player), reward per kill by monster difficulty
+    "deathmatch": DoomScenario("deathmatch.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK)),
+    # a deathmatch against 7 bots on multi_deathmatch.wad: +1 per frag, -1 per death, respawn, 2-minute matches
+    "deathmatch_bots": DoomScenario("multi.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK), timeout=4200, bots=7),
+}
+
+def scenario(name: str) -> DoomScenario:
+    """The scenario for env name `doom_<scenario>`; EnvError for an unknown one."""
+    key = name[len(DOOM_PREFIX) :] if name.startswith(DOOM_PREFIX) else name
+    if key in SCENARIOS:
+        return SCENARIOS[key]
+    names = [DOOM_PREFIX + s for s in SCENARIOS]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = f"did you mean: {', '.join(close)}? " if close else ""
+    raise EnvError(f"unknown Doom scenario {name!r}; {hint}Doom envs: {', '.join(names)}")
+
+
+def import_vizdoom(name: str) -> Any:
+    """The vizdoom module, or a one-line EnvError saying how to install the extra."""
+    try:
+        import vizdoom
+    except ImportError:
+        raise EnvError(f"env {name!r} needs VizDoom: {INSTALL_HINT}") from None
+    return vizdoom
+
+
+def doom_env_spec(name: str) -> EnvSpec:
+    """Describe `doom_<scenario>` without starting a game (vizdoom must still be installed)."""
+    sc = scenario(name)
+    import_vizdoom(name)
+    return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), gym.spaces.Discrete(len(sc.actions)), frameskip=FRAMESKIP)
+
+
+def _instance_id(engine: psutil.Process) -> str:
+    args = engine.cmdline()
+    instance = args[args.index("+viz_instance_id") + 1]
+    if not instance.isalnum():
+        raise RuntimeError(f"unexpected VizDoom instance id {instance!r}")
+    return instance
+
+
+@contextmanager
+def _cwd(path: str) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+class DoomVecEnv(VecEnv):
+    """`num_envs` games of one scenario.
+
+    Training mode: `reward_out` is the raw reward times the scenario's `reward_scale`; eval mode: raw. Episode
+    stats always carry the raw return. `game_variables[i]` holds GAME_VARIABLES for the observation now in
+    `obs_out[i]`; `final_game_variables[i]` those of `final_obs_out[i]` where a step truncated env i.
+    """
+
+    def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None) -> None:
+        self.num_envs = num_envs
+        self.training = training
+        self.scenario = scenario(name)
+        self._vzd = import_vizdoom(name)
+        self.spec = doom_env_spec(name)
+        buttons = self.scenario.buttons
+        table = np.zeros((len(self.scenario.actions), len(buttons)), dtype=np.float64)
+        for a, option in enumerate(self.scenario.actions):
+            for b in option:
+                table[a, buttons.index(b)] = 1.0
+        self._action_table = [row.tolist() for row in table]
+        self._scale = self.scenario.reward_scale if training else 1.0
+        self.games: list[Any] = []
+        self.engine_pids: list[int] = []  # the engine processes, children of this process
+        self.shm_paths: list[str] = []  # their shared memory and message queues
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self.workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
+        try:
+            me = psutil.Process()
+            before = {p.pid for p in me.children()}
+            for _ in range(num_envs):
+                self.games.append(self._make_game(buttons))
+            engines = [p for p in me.children() if p.pid not in before and p.name() == "vizdoom"]
+            self.engine_pids = [p.pid for p in engines]
+            self.shm_paths = [f"/dev/shm/{prefix}{_instance_id(p)}" for p in engines for prefix in SHM_NAMES]
+            command = ["sh", "-c", WATCHDOG, "asyncrl-doom-watchdog", self.workdir, " ".join(self.shm_paths),
+                       *map(str, self.engine_pids)]
+            self._watchdog = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            self.close()
+            raise
+        first = self.games[0]
+        timeout = self.scenario.timeout if self.scenario.timeout is not None else self._config_timeout
+        self.episode_timeout = int(episode_timeout if episode_timeout is not None else timeout)  # tics, 0: none
+        self._start_time = int(first.get_episode_start_time())
+        self.game_variables = np.zeros((num_envs, len(GAME_VARIABLES)), dtype=np.float32)
+        self.final_game_variables = np.zeros_like(self.game_variables)
+        self._ret = np.zeros(num_envs, dtype=np.float64)
+        self._len = np.zeros(num_envs, dtype=np.int64)
+
+    def _make_game(self, buttons: list[str]) -> Any:
+        vzd = self._vzd
+        game = vzd.DoomGame()
+        try:
+            game.load_config(os.path.join(vzd.scenarios_path, self.scenario.config))
+            game.set_doom_config_path(os.devnull)  # no _vizdoom.ini read or written
+            self._config_timeout = int(game.get_episode_timeout())
+            game.set_episode_timeout(0)  # enforced in step() so that a truncated episode still has a last frame
+            game.set_mode(vzd.Mode.PLAYER)
+            game.set_window_visible(False)
+            game.set_sound_enabled(False)
+            game.set_screen_resolution(getattr(vzd.ScreenResolution, RENDER_RESOLUTION))
+            game.set_screen_format(vzd.ScreenFormat.CRCGCB)  # channels first
+            game.set_render_hud(False)
+            game.set_render_crosshair(False)
+            game.set_render_messages(False)
+            game.set_render_decals(False)
+            game.set_render_particles(False)
+            game.set_available_buttons([getattr(vzd.Button, b) for b in buttons])
+            game.set_available_game_variables([getattr(vzd.GameVariable, v) for v in GAME_VARIABLES])
+            if self.scenario.bots:
+                game.add_game_args(BOT_GAME_ARGS)
+                game.set_frag_reward(1.0)
+            with _cwd(self.workdir):  # the engine process starts in init() and inherits the cwd
+                game.init()
+        except BaseException:
+            game.close()
+            raise
+        return game
+
+    def reset(self, seed: int, obs_out: np.ndarray) -> None:
+        for i, game in enumerate(self.games):
+            game.set_seed((int(seed) + i) % 2**32)
+            self._new_episode(game)
+            self._read_state(i, obs_out, self.game_variables)
+        self._ret[:] = 0.0
+        self._len[:] = 0
+
+    def step(
+        self,
+        actions: np.ndarray,
+        obs_out: np.ndarray,
+        reward_out: np.ndarray,
+        terminated_out: np.ndarray,
+        truncated_out: np.ndarray,
+        final_obs_out: np.ndarray,
+    ) -> list[EpisodeStats]:
+        """Step every game once (4 tics); write next obs, training rewards, end flags; return finished episodes.
+
+        Where env i was truncated, `final_obs_out[i]` gets the episode's last frame and `obs_out[i]` the next
+        episode's first; other rows of `final_obs_out` are left alone.
+        """
+        stats: list[EpisodeStats] = []
+        timeout = self.episode_timeout
+        for i, game in enumerate(self.games):
+            reward = game.make_action(self._action_table[int(actions[i])], FRAMESKIP)
+            self._ret[i] += reward
+            self._len[i] += 1
+            reward_out[i] = reward * self._scale
+            terminated = game.is_episode_finished()  # death or the scenario's end: VizDoom's timeout is off
+            if not terminated and self.scenario.bots and game.is_player_dead():
+                game.respawn_player()
+            truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
+            terminated_out[i] = terminated
+            truncated_out[i] = truncated
+            if terminated or truncated:
+                if truncated:
+                    self._read_state(i, final_obs_out, self.final_game_variables)
+                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated))
+                self._ret[i] = 0.0
+                self._len[i] = 0
+                self._new_episode(game)
+            self._read_state(i, obs_out, self.game_variables)
+        return stats
+
+    def close(self) -> None:
+        if self._watchdog is not None:  # stopped first: it must not signal pids that close() has freed
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog.stdin.close()  # type: ignore[union-attr]
+            self._watchdog = None
+        for game in self.games:
+            game.close()  # stops the engine process
+        self.games = []
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _new_episode(self, game: Any) -> None:
+        if self.scenario.bots:  # before new_episode: bots added after it end the episode within a few tics
+            game.send_game_command("removebots")
+            for _ in range(self.scenario.bots):
+                game.send_game_command("addbot")
+        game.new_episode()
+
+    def _read_state(self, i: int, frames: np.ndarray, variables: np.ndarray) -> None:
+        state = self.games[i].get_state()
+        rows = state.screen_buffer.reshape(3, HEIGHT, 2, 2 * WIDTH).astype(np.uint16)
+        pairs = (rows[:, :, 0] + rows[:, :, 1]).reshape(3, HEIGHT, WIDTH, 2)  # two rows summed, then two columns
+        frames[i] = (pairs[..., 0] + pairs[..., 1] + 2) >> 2  # 2x2 average, rounded (sum(axis=...) is 20x slower)
+        variables[i] = state.game_variables

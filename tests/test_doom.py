@@ -1,0 +1,224 @@
+"""VizDoom backend (`doom_<scenario>`), stepped directly with numpy buffers on real games.
+
+Every test that starts a game checks afterwards that no VizDoom engine process is left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.util import find_spec
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from asyncrl.envs.base import EnvError, EpisodeStats
+from asyncrl.envs.registry import make_env_spec, make_vec_env
+from asyncrl.presets import preset_name
+
+needs_vizdoom = pytest.mark.skipif(
+    find_spec("vizdoom") is None, reason="vizdoom is not installed (pip install 'asyncrl[doom]')")
+NOOP = 0
+BLOCK_VIZDOOM = "import sys; sys.modules['vizdoom'] = None"  # `import vizdoom` now raises ImportError
+
+
+class Buffers:
+    """The arrays a rollout worker hands to step(), with a sentinel in final_obs to see which rows were written."""
+
+    SENTINEL = 7
+
+    def __init__(self, n: int) -> None:
+        self.obs = np.zeros((n, 3, 72, 128), np.uint8)
+        self.reward = np.full(n, np.nan, np.float32)
+        self.terminated = np.ones(n, bool)
+        self.truncated = np.ones(n, bool)
+        self.final_obs = np.full((n, 3, 72, 128), self.SENTINEL, np.uint8)
+
+    def step(self, env, actions) -> list[EpisodeStats]:  # noqa: ANN001 - DoomVecEnv, imported only with vizdoom
+        return env.step(np.asarray(actions), self.obs, self.reward, self.terminated, self.truncated, self.final_obs)
+
+
+def engines() -> list[psutil.Process]:
+    """This process's VizDoom engines and engine watchdogs."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.name() == "vizdoom" or "asyncrl-doom-watchdog" in p.cmdline()]
+
+
+def vizdoom_shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("ViZDoom*")}
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed; reaping is its new parent's job
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def doom() -> Iterator[list]:
+    """Collects the envs a test makes; closes them and checks that their engine processes are gone."""
+    from asyncrl.envs.doom import DoomVecEnv
+
+    made: list[DoomVecEnv] = []
+    shm_before = vizdoom_shm()
+    yield made
+    for env in made:
+        env.close()
+    deadline = time.monotonic() + 10
+    while engines() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not engines(), f"VizDoom engines left running: {engines()}"
+    assert not vizdoom_shm() - shm_before, "close() left VizDoom shared memory in /dev/shm"
+
+
+def make(doom: list, name: str, n: int, **kwargs):  # noqa: ANN201
+    from asyncrl.envs.doom import DoomVecEnv
+
+    env = DoomVecEnv(name, n, **kwargs)
+    doom.append(env)
+    return env
+
+
+@needs_vizdoom
+def test_spec_spaces_and_engine_processes(doom: list) -> None:
+    spec = make_env_spec("doom_basic")
+    assert (spec.obs_shape, spec.obs_dtype, spec.num_actions, spec.frameskip) == ((3, 72, 128), np.uint8, 4, 4)
+    assert make_env_spec("doom_defend_the_center").num_actions == 6  # {noop, left, right} x {noop, attack}
+    assert preset_name("doom_basic") == "doom"
+    env = make_vec_env("doom_basic", 2)
+    doom.append(env)
+    assert env.spec == spec
+    assert len(env.engine_pids) == 2 and {p.pid for p in engines()} >= set(env.engine_pids)  # one per game ...
+    env.close()
+    psutil.wait_procs(engines(), timeout=10)
+    assert not engines()  # ... and close() ends them
+    with pytest.raises(EnvError, match="did you mean: doom_basic"):
+        make_env_spec("doom_basci")
+
+
+@needs_vizdoom
+def test_step_writes_obs_rewards_flags_and_game_variables(doom: list) -> None:
+    train, evaluate = make(doom, "doom_basic", 2), make(doom, "doom_basic", 1, training=False)
+    buf, eval_buf = Buffers(2), Buffers(1)
+    train.reset(0, buf.obs)
+    evaluate.reset(0, eval_buf.obs)
+    first = buf.obs.copy()
+    assert first.std() > 10  # a rendered frame, not a blank one
+    np.testing.assert_array_equal(train.game_variables[:, 0], [100, 100])  # HEALTH
+    ammo = train.game_variables[:, 2].copy()
+
+    assert buf.step(train, [NOOP, 3]) == []  # env 1 fires
+    assert eval_buf.step(evaluate, [NOOP]) == []
+    assert not buf.terminated.any() and not buf.truncated.any()
+    assert (buf.final_obs == Buffers.SENTINEL).all()  # untouched where nothing was truncated
+    assert not np.array_equal(buf.obs[1], first[1])
+    # living reward -1 per tic over 4 tics; training scales basic's rewards by 0.01, eval leaves them raw
+    assert buf.reward[0] == pytest.approx(-0.04)
+    assert eval_buf.reward[0] == -4.0
+    buf.step(train, [NOOP, 3])  # the pistol's shot leaves on the second step
+    assert train.game_variables[1, 2] == ammo[1] - 1 and train.game_variables[0, 2] == ammo[0]  # SELECTED_WEAPON_AMMO
+
+
+@needs_vizdoom
+def test_timeout_is_a_truncation_with_the_last_frame(doom: list) -> None:
+    """A 40-tic limit ends the episode after 10 steps; final_obs is the frame an unlimited twin reaches then."""
+    limited, twin = make(doom, "doom_basic", 1, episode_timeout=40), make(doom, "doom_basic", 1, episode_timeout=0)
+    buf, twin_buf = Buffers(1), Buffers(1)
+    limited.reset(3, buf.obs)
+    twin.reset(3, twin_buf.obs)
+    for step in range(1, 11):
+        stats = buf.step(limited, [NOOP])
+        twin_buf.step(twin, [NOOP])
+        if step < 10:
+            assert stats == [] and not buf.truncated[0] and not buf.terminated[0]
+    assert buf.truncated[0] and not buf.terminated[0] and not twin_buf.truncated[0]
+    assert [(s.ret, s.length, s.truncated) for s in stats] == [(-40.0, 10, True)]  # raw return: 40 tics x -1
+    np.testing.assert_array_equal(buf.final_obs[0], twin_buf.obs[0])
+    assert not np.array_equal(buf.obs[0], buf.final_obs[0])  # obs holds the next episode's first frame
+
+
+@needs_vizdoom
+def test_death_is_a_termination(doom: list) -> None:
+    """Standing still on health_gathering's acid floor kills the player (living +1/tic, death -100)."""
+    env = make(doom, "doom_health_gathering", 1, training=False)
+    buf = Buffers(1)
+    env.reset(0, buf.obs)
+    start_health, health = env.game_variables[0, 0], []
+    for _ in range(500):
+        stats = buf.step(env, [NOOP])
+        assert not buf.truncated[0]
+        if buf.terminated[0]:
+            break
+        health.append(env.game_variables[0, 0])
+    assert buf.terminated[0], "the player did not die within 500 steps"
+    (episode,) = stats
+    assert not episode.truncated and episode.ret == pytest.approx(4 * episode.length - 100, abs=4)
+    assert (buf.final_obs == Buffers.SENTINEL).all()
+    assert min(health) < 10 and env.game_variables[0, 0] == start_health  # then the next episode's health
+
+
+@needs_vizdoom
+def test_seeds_reproduce_first_observations(doom: list) -> None:
+    pair, single = make(doom, "doom_basic", 2), make(doom, "doom_basic", 1)
+    a, b = Buffers(2), Buffers(1)
+    pair.reset(5, a.obs)
+    single.reset(6, b.obs)
+    np.testing.assert_array_equal(a.obs[1], b.obs[0])  # env i is seeded with seed + i
+    assert not np.array_equal(a.obs[0], a.obs[1])  # and the seed moves the monster
+    single.reset(5, b.obs)
+    np.testing.assert_array_equal(a.obs[0], b.obs[0])
+    for action in (1, 2, 3):
+        a.step(pair, [action, action])
+        b.step(single, [action])
+    np.testing.assert_array_equal(a.obs[0], b.obs[0])
+
+
+def test_missing_extra_is_a_one_line_error(tmp_path: Path) -> None:
+    code = f"{BLOCK_VIZDOOM}; from asyncrl.cli.train import main; sys.exit(main(sys.argv[1:]))"
+    args = ["--env", "doom_basic", "--workers", "1", "--seconds", "1", "--train-dir", str(tmp_path)]
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "doom_basic" in lines[0] and "pip install 'asyncrl[doom]'" in lines[0]
+
+
+def test_nature_cnn_takes_the_wide_frames() -> None:
+    import torch
+
+    from asyncrl.envs.doom import OBS_SHAPE
+    from asyncrl.models.encoders import NatureCNN
+
+    cnn = NatureCNN(*OBS_SHAPE)
+    assert cnn(torch.zeros(2, *OBS_SHAPE, dtype=torch.uint8)).shape == (2, 512)
+    assert cnn.fc[0].in_features == 64 * 5 * 12  # 72x128 -> 17x31 -> 7x14 -> 5x12
+
+
+@needs_vizdoom
+def test_engines_die_with_their_process() -> None:
+    """Engines ignore SIGTERM and outlive their parent; the watchdog kills them when the parent is SIGKILLed."""
+    code = ("from asyncrl.envs.doom import DoomVecEnv; import time; "
+            "env = DoomVecEnv('doom_basic', 2); print(env.workdir, *env.engine_pids, flush=True); "
+            "print(*env.shm_paths, flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        workdir, *words = proc.stdout.readline().split()  # type: ignore[union-attr]
+        shm = [Path(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
+        pids = [int(p) for p in words]
+        assert len(pids) == 2 and not any(gone(p) for p in pids) and Path(workdir).is_dir()
+        assert len(shm) == 6 and all(p.exists() for p in shm)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(p) for p in pids), f"engines {pids} outlived their SIGKILLed process"
+    while (Path(workdir).exists() or any(p.exists() for p in shm)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(workdir).exists() and not any(p.exists() for p in shm)
