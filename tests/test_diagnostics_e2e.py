@@ -31,9 +31,10 @@ def run_cli(name: str, *args: str, timeout: float = 180) -> subprocess.Completed
     return subprocess.run([*command(name), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def train(train_dir, env: str, *args: str, seconds: float = 8) -> tuple[subprocess.CompletedProcess, str]:
-    proc = run_cli("train", "--env", env, "--train-dir", str(train_dir), "--experiment", "run",
-                   "--seconds", str(seconds), *SMALL, *args)
+def train(train_dir, env: str, *args: str, seconds: float | None = 8) -> tuple[subprocess.CompletedProcess, str]:
+    """A short run, bounded by `seconds` or (seconds=None) by a --frames given in `args`."""
+    limit = [] if seconds is None else ["--seconds", str(seconds)]
+    proc = run_cli("train", "--env", env, "--train-dir", str(train_dir), "--experiment", "run", *limit, *SMALL, *args)
     return proc, os.path.join(str(train_dir), "run")
 
 
@@ -69,7 +70,9 @@ def test_slow_env_is_environment_bound(slow_run) -> None:
 
 
 def test_big_model_on_tiny_env_is_training_bound(tmp_path) -> None:
-    proc, run_dir = train(tmp_path, "null", "--hidden-size", "2048", "--epochs", "4")
+    # Bounded by env steps (about 14 updates of 256), not wall-clock: on a busy machine it just takes longer.
+    proc, run_dir = train(tmp_path, "null", "--hidden-size", "2048", "--epochs", "4", "--frames", "4096",
+                          seconds=None)
     assert proc.returncode == 0, proc.stderr
     counts = verdicts(read_metrics(run_dir))
     assert counts.most_common(1)[0][0] == "training" and counts["training"] >= 0.7 * sum(counts.values()), counts
