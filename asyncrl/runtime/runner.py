@@ -20,10 +20,12 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
+from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, EvalSchedule
 from asyncrl.runtime.process import mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.shared import SharedWeights
@@ -103,6 +105,7 @@ class Runner:
         self.metrics_records = 0
         self.monitor = RunMonitor(cfg, self.spec, out)
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
+        self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -129,7 +132,7 @@ class Runner:
                               ) from None
         self.channels.free.put_many(list(range(num_slots(cfg))))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
-        self.metrics = MetricsWriter(cfg.run_dir)
+        self.metrics = MetricsWriter(cfg.run_dir, open_sinks(cfg))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
@@ -200,6 +203,9 @@ class Runner:
         for i in range(cfg.workers):
             self._spawn(f"rollout-{i}", "asyncrl.runtime.rollout_worker", "run_rollout_worker",
                         i, cfg, self.traj, ch)
+        if self.evaluation.enabled:
+            self._spawn("eval-0", "asyncrl.runtime.evaluator", "run_evaluator",
+                        cfg, spec, self.weights, ch, self.evaluation.request)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
@@ -239,17 +245,34 @@ class Runner:
                 self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
                 last_ckpt = now
             frames = self.totals.env_steps * self.spec.frameskip
+            self.evaluation.tick(frames)
             if cfg.frames and frames >= cfg.frames:
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
             time.sleep(0.05)
+        stopped_at = time.monotonic()
+        self._final_evaluation()
         # A last report for the tail of the run (skipped if too short to give meaningful rates).
         self._drain_reports()
-        tail = time.monotonic() - last_report
+        tail = stopped_at - last_report
         if tail >= 1.0 or self.metrics_records == 0:
             self._report(max(tail, 1e-6), self.totals.env_steps - interval_steps)
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+
+    def _final_evaluation(self) -> None:
+        """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it."""
+        reason = self.stop_reason
+        if not self.evaluation.enabled or reason not in ("frames", "seconds"):
+            return
+        self.evaluation.request_final(self.totals.env_steps * self.spec.frameskip)
+        self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
+        self.out("final evaluation...", flush=True)
+        deadline = time.monotonic() + FINAL_TIMEOUT_S
+        while (not self.evaluation.final_done and self.stop_reason == reason and time.monotonic() < deadline
+               and self.procs["eval-0"].is_alive()):
+            self._drain_reports()
+            time.sleep(0.05)
 
     def _shutdown(self) -> None:
         ch = self.channels
@@ -303,6 +326,8 @@ class Runner:
             raise RunError(payload["message"])
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
+        elif kind == "eval":
+            self.evaluation.receive(payload)
         elif kind in ("env_error", "saved", "save_failed"):
             self.supervisor.handle(kind, payload)
 
@@ -351,7 +376,10 @@ class Runner:
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []
+        record.update(self.evaluation.pop_results())
         self.metrics.write(record, step=record["frames"])
+        for video in self.evaluation.pop_videos():
+            self.metrics.write_video("eval_video", video["gif"], video["video"], step=record["frames"])
         self.metrics_records += 1
         self.out(self.progress.line(record, time.monotonic() - self.t_loop), flush=True)
         self.monitor.flush()
