@@ -253,10 +253,11 @@ class Runner:
             time.sleep(0.05)
         stopped_at = time.monotonic()
         self._final_evaluation()
-        # A last report for the tail of the run (skipped if too short to give meaningful rates).
+        # A last report for the tail of the run (skipped if too short to give meaningful rates, unless it
+        # carries the final evaluation).
         self._drain_reports()
         tail = stopped_at - last_report
-        if tail >= 1.0 or self.metrics_records == 0:
+        if tail >= 1.0 or self.metrics_records == 0 or self.evaluation.pending:
             self._report(max(tail, 1e-6), self.totals.env_steps - interval_steps)
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
