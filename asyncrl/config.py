@@ -94,7 +94,7 @@ class Config:
     hang_timeout: float = field(default=30.0, metadata={
         "help": "seconds a process may go without progress before it is restarted (the learner: run stopped)"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
-    # --- evaluation and logging around a run ---
+    # --- evaluation and logging ---
     eval_every: int = field(default=0, metadata={
         "help": "evaluate the latest weights every this many frames in a separate low-priority process (0: off)"})
     eval_episodes: int = field(default=5, metadata={

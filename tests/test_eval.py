@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
-from conftest import read_metrics, run_cli
+from conftest import TrainRun, read_metrics, run_cli, start_train, wait_for
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from asyncrl.cli.train import main as train_main
@@ -113,3 +114,27 @@ def test_bad_eval_flags_exit_2(flags: list[str], message: str, tmp_path: Path,
     code = train_main(["--env", "CartPole-v1", "--train-dir", str(tmp_path), *flags])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_killed_evaluator_is_restarted_and_training_goes_on(tmp_path: Path, reap: list[TrainRun]) -> None:
+    run = start_train(["--env", "CartPole-v1", "--frames", "8000", "--workers", "2", "--report-interval", "1",
+                       "--eval-every", "2000", "--eval-episodes", "1"], tmp_path / "train", "kill")
+    reap.append(run)
+
+    def evaluator() -> psutil.Process | None:
+        for child in psutil.Process(run.pid).children():
+            try:
+                if child.cmdline()[:1] == ["asyncrl-eval"]:
+                    return child
+            except (psutil.Error, IndexError):
+                continue
+        return None
+
+    first = wait_for(evaluator, timeout=120, proc=run.proc)
+    assert first is not None, run.stdout()[-2000:] + run.stderr()[-2000:]
+    first.kill()
+    assert run.wait(timeout=600) == 0, run.stdout()[-2000:] + run.stderr()[-2000:]
+    assert "eval-0 was killed by SIGKILL; restarted it (training was not affected)" in run.stdout(), run.stdout()
+    records = read_metrics(run.run_dir)
+    assert records[-1]["frames"] >= 8000 and records[-1]["policy_restarts"] == 0
+    assert "eval_return_mean" in records[-1]  # the new evaluator served the final evaluation

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from asyncrl.config import Config, ConfigError
@@ -25,6 +27,7 @@ class WandbLogger:
         except ImportError:
             raise ConfigError("--wandb needs the wandb package: pip install 'asyncrl[wandb]'") from None
         self._wandb = wandb
+        self.failed = False
         tags = [t.strip() for t in cfg.wandb_tags.split(",") if t.strip()]
         try:
             self.run = wandb.init(
@@ -38,14 +41,25 @@ class WandbLogger:
                               f"WANDB_MODE=offline") from None
 
     def log(self, scalars: dict[str, float], step: int) -> None:
-        self.run.log(scalars, step=step)
+        self._guarded(lambda: self.run.log(scalars, step=step))
 
     def video(self, tag: str, path: str) -> None:
         """Attach an mp4 to the next logged step (steps must increase, and the video is of an earlier one)."""
-        self.run.log({tag: self._wandb.Video(path, format="mp4")}, commit=False)
+        self._guarded(lambda: self.run.log({tag: self._wandb.Video(path, format="mp4")}, commit=False))
 
     def close(self) -> None:
-        self.run.finish()
+        self._guarded(self.run.finish)
+
+    def _guarded(self, call: Callable[[], object]) -> None:
+        """W&B trouble never stops training: the first failure is reported and W&B logging ends there."""
+        if self.failed:
+            return
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - whatever wandb raises, metrics.jsonl and TensorBoard go on
+            self.failed = True
+            print(f"asyncrl: warning: W&B logging stopped ({type(exc).__name__}: {exc}); metrics.jsonl and "
+                  f"TensorBoard go on", file=sys.stderr, flush=True)
 
 
 def _keep_out_of_children() -> None:

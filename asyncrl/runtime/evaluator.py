@@ -58,8 +58,9 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
     done = 0  # frames of the last evaluation served (a restarted evaluator serves the newest request)
     while True:
         beat[0] = time.monotonic()
+        stopping = channels.stopping  # read before the request: the runner writes a final request, then stops
         due, final = int(request["due"][0]), bool(request["due"][1])
-        if channels.stopping and not (final and due > done):  # the final evaluation outlives the stop flag
+        if stopping and not (final and due > done):  # the final evaluation outlives the stop flag
             return
         if due <= done or (reader.version == 0 and not reader.refresh()):
             time.sleep(POLL_S)
