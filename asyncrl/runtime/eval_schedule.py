@@ -51,8 +51,8 @@ class EvalSchedule:
     def request_final(self, frames: int) -> None:
         """Ask for the final evaluation (served even though the stop flag is set)."""
         self.final_due = frames
+        self.request["due"][FINAL] = 1  # before the frames: whoever sees the new frames also sees the flag
         self.request["due"][DUE] = frames
-        self.request["due"][FINAL] = 1
 
     @property
     def final_done(self) -> bool:

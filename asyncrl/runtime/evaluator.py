@@ -65,13 +65,14 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
         if due <= done or (reader.version == 0 and not reader.refresh()):
             time.sleep(POLL_S)
             continue
-        done = due
+        done, served = due, done
         reader.refresh()
         version, t0 = reader.version, time.monotonic()
         alive = functools.partial(_alive, channels, beat, final)  # every env step beats and checks for a stop
         greedy, frames = _play(model, cfg, spec, cfg.eval_episodes, True, alive, record=cfg.eval_video)
         sampled, _ = _play(model, cfg, spec, cfg.eval_episodes, False, alive)
-        if not alive():  # stopped part-way: no result (a final request, if any, is served next)
+        if not alive():  # stopped part-way: no result; a final request (even for these frames) is served next
+            done = served
             continue
         result: dict[str, Any] = {
             "eval_frames": due, "eval_policy_version": version,
