@@ -139,3 +139,19 @@ def test_killed_evaluator_is_restarted_and_training_goes_on(tmp_path: Path, reap
     records = read_metrics(run.run_dir)
     assert records[-1]["frames"] >= 8000 and records[-1]["policy_restarts"] == 0
     assert "eval_return_mean" in records[-1]  # the new evaluator served the final evaluation
+
+
+def test_evaluator_steps_envs_with_separate_terminated_and_truncated() -> None:
+    """The evaluator also drives the VecEnv.step that reports terminated and truncated apart."""
+    from asyncrl.runtime.evaluator import _stepper
+
+    class SplitEndEnv:
+        def step(self, actions, obs_out, reward_out, terminated_out, truncated_out, final_obs_out):
+            terminated_out[:] = [True, False, False]
+            truncated_out[:] = [False, True, False]
+            reward_out[:] = 1.0
+            return []
+
+    obs, reward, done = np.zeros((3, 4), np.float32), np.zeros(3, np.float32), np.zeros(3, np.bool_)
+    _stepper(SplitEndEnv(), obs)(np.zeros(3, np.int64), obs, reward, done)
+    assert done.tolist() == [True, True, False] and reward.tolist() == [1.0, 1.0, 1.0]

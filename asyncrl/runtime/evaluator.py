@@ -14,6 +14,7 @@ learner, the policy workers and the rollout workers leave. Torch is imported onl
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import statistics
 import time
@@ -118,6 +119,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
     finished = np.zeros(n, np.bool_)
     frames: list[np.ndarray] = []
+    step = _stepper(env, obs)
     try:
         env.reset(seed=cfg.seed + SEED_OFFSET + (0 if greedy else n), obs_out=obs)
         for _ in range(MAX_EPISODE_STEPS):
@@ -133,7 +135,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
                 else:
                     act = model.distribution(policy_out).sample()
             actions[:] = act.numpy()
-            env.step(actions, obs, reward, done)
+            step(actions, obs, reward, done)
             running = ~finished
             returns[running] += reward[running]
             lengths[running] += 1
@@ -141,6 +143,22 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     finally:
         env.close()
     return [(float(r), int(n_)) for r, n_ in zip(returns, lengths)], frames
+
+
+def _stepper(env: VecEnv, obs: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], object]:
+    """`step(actions, obs, reward, done)` for either VecEnv.step signature: one `done_out`, or separate
+    `terminated_out` and `truncated_out` plus `final_obs_out` (then done = terminated or truncated)."""
+    if "terminated_out" not in inspect.signature(env.step).parameters:
+        return env.step
+    terminated, truncated = np.zeros(len(obs), np.bool_), np.zeros(len(obs), np.bool_)
+    final_obs = np.zeros_like(obs)
+
+    def step(actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray) -> object:
+        finished = env.step(actions, obs_out, reward_out, terminated, truncated, final_obs)
+        np.logical_or(terminated, truncated, out=done_out)
+        return finished
+
+    return step
 
 
 def _make_env(name: str, n: int, record: bool) -> tuple[VecEnv, Callable[[], np.ndarray | None] | None]:
