@@ -121,6 +121,18 @@ class Config:
     max_env_error_rate: float = field(default=0.01, metadata={
         "help": "stop the run when env instances raise in more than this share of env steps over a minute "
                 "(a failing env instance is recreated and its step left out of training)"})
+    # --- evaluation and logging ---
+    eval_every: int = field(default=0, metadata={
+        "help": "evaluate the latest weights every this many frames in a separate low-priority process (0: off)"})
+    eval_episodes: int = field(default=5, metadata={
+        "help": "episodes per evaluation, played both greedily and with sampled actions"})
+    eval_video: bool = field(default=False, metadata={
+        "help": "record one greedy episode per evaluation to videos/eval_<frames>.mp4"})
+    wandb: bool = field(default=False, metadata={"help": "also log to Weights & Biases (WANDB_MODE=offline works)"})
+    wandb_project: str = field(default="asyncrl", metadata={"help": "W&B project"})
+    wandb_entity: str = field(default="", metadata={"help": "W&B entity (team or user; default: yours)"})
+    wandb_group: str = field(default="", metadata={"help": "W&B group"})
+    wandb_tags: str = field(default="", metadata={"help": "W&B tags, comma-separated"})
 
     # ----- derived -----
     @property
@@ -201,6 +213,22 @@ class Config:
             raise ConfigError(f"--lr-schedule must be kl, constant, linear or auto (got {self.lr_schedule!r})")
         if self.lr_schedule == "linear" and not self.frames:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
+        self._validate_around_run()
+
+    def _validate_around_run(self) -> None:
+        """Evaluation, eval videos and W&B: flag values and the optional packages they need."""
+        import importlib.util
+
+        if self.eval_every < 0:
+            raise ConfigError(f"--eval-every must not be negative (got {self.eval_every}); 0 turns evaluation off")
+        if self.eval_episodes < 1:
+            raise ConfigError(f"--eval-episodes must be at least 1 (got {self.eval_episodes})")
+        if self.eval_video and not self.eval_every:
+            raise ConfigError("--eval-video records evaluation episodes; add --eval-every FRAMES")
+        if self.eval_video and not all(importlib.util.find_spec(m) for m in ("imageio", "imageio_ffmpeg", "PIL")):
+            raise ConfigError("--eval-video needs imageio, imageio-ffmpeg and pillow: pip install 'asyncrl[video]'")
+        if self.wandb and importlib.util.find_spec("wandb") is None:
+            raise ConfigError("--wandb needs the wandb package: pip install 'asyncrl[wandb]'")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

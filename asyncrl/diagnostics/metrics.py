@@ -1,5 +1,6 @@
 """Run metrics: one JSON object per report interval in metrics.jsonl, mirrored to TensorBoard scalars whose tags
-are grouped by namespace (`tb_tags.py`: `episode/`, `losses/`, `policy/`, `perf/`, `sys/`, `health/`)."""
+are grouped by namespace (`tb_tags.py`: `episode/`, `losses/`, `policy/`, `perf/`, `sys/`, `health/`, `eval/`),
+and to any extra sinks (W&B)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from asyncrl.diagnostics.tb_tags import tb_tag
@@ -15,8 +17,9 @@ from asyncrl.diagnostics.tb_tags import tb_tag
 class MetricsWriter:
     """Appends to `RUN_DIR/metrics.jsonl` and writes TensorBoard events without importing torch."""
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, sinks: Sequence[Any] = ()):
         os.makedirs(run_dir, exist_ok=True)
+        self.sinks = list(sinks)  # e.g. W&B (`wandb_logger.py`): get the same tags and steps as TensorBoard
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - kept open for the whole run
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -31,10 +34,32 @@ class MetricsWriter:
         values = [Summary.Value(tag=tb_tag(k), simple_value=float(v)) for k, v in record.items()
                   if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and k != "time"]
         self._tb.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
+        for sink in self.sinks:
+            sink.log({v.tag: v.simple_value for v in values}, step)
+
+    def write_video(self, key: str, gif_path: str | None, video_path: str, step: int) -> None:
+        """An evaluation video: the GIF as an animated TensorBoard image (what `add_video` writes, without
+        moviepy), the mp4 to the sinks."""
+        if gif_path:
+            from PIL import Image
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            with open(gif_path, "rb") as f:
+                data = f.read()
+            with Image.open(gif_path) as gif:
+                width, height = gif.size
+            image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=data)
+            self._tb.add_event(Event(wall_time=time.time(), step=step,
+                                     summary=Summary(value=[Summary.Value(tag=tb_tag(key), image=image)])))
+        for sink in self.sinks:
+            sink.video(tb_tag(key), video_path)
 
     def close(self) -> None:
         self._file.close()
         self._tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def _finite(record: dict[str, Any]) -> dict[str, Any]:

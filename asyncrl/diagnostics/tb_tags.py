@@ -2,7 +2,8 @@
 
 `episode/` returns and lengths; `losses/` loss terms and gradients; `policy/` entropy, KL, clipping, learning
 rate, versions and staleness; `perf/` throughput, stage-time fractions and queue lengths; `sys/` CPU, memory and
-GPU; `health/` restarts, env errors and non-finite updates. metrics.jsonl keeps the bare keys. Torch-free.
+GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`).
+metrics.jsonl keeps the bare keys. Torch-free.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ EXACT = {
     "frames": "perf", "env_steps": "perf", "fps": "perf", "sps": "perf", "inference_batch_mean": "perf",
     "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
 }
-PREFIXES = (("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"), ("mem_", "sys"))
+PREFIXES = (("eval_", "eval"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),
+            ("mem_", "sys"))
 SUFFIXES = (("_frac", "perf"),)
 FALLBACK = "sys"
 

@@ -30,7 +30,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -154,16 +154,16 @@ def _cuda_device_count() -> int:
     return int(done.stdout.strip() or 0) if done.returncode == 0 else 0
 
 
-def metrics_writer(run_dir: str) -> Any:
-    """The runner's metrics writer under torchrun (None otherwise): rank 0 writes group totals, the others
-    nothing."""
+def metrics_writer(run_dir: str, sinks: Callable[[], Sequence[Any]] = tuple) -> Any:
+    """The runner's metrics writer under torchrun (None otherwise): rank 0 writes group totals (to the extra
+    `sinks()` too, e.g. W&B), the others nothing."""
     if _RANK is None:
         return None
     if _RANK.info.rank:
         return _NoMetrics()
     from asyncrl.diagnostics.metrics import MetricsWriter
 
-    return _GroupMetrics(MetricsWriter(run_dir), _RANK)
+    return _GroupMetrics(MetricsWriter(run_dir, sinks()), _RANK)
 
 
 def group_stop(stop_reason: str | None, totals: Any) -> str | None:
@@ -198,6 +198,9 @@ class _NoMetrics:
     def write(self, record: dict[str, Any], step: int) -> None:
         pass
 
+    def write_video(self, key: str, gif_path: str | None, video_path: str, step: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -230,6 +233,9 @@ class _GroupMetrics:
             step = record["frames"]
         record["ranks"] = self.rank.info.world_size
         self.writer.write(record, step)
+
+    def write_video(self, key: str, gif_path: str | None, video_path: str, step: int) -> None:
+        self.writer.write_video(key, gif_path, video_path, step)
 
     def close(self) -> None:
         self.writer.close()

@@ -2,7 +2,7 @@
 
 One small anonymous shared block (inherited by every child, like the trajectory buffer):
 
-- `beat_learner[0]`, `beat_policy[i]`, `beat_rollout[w]`: `time.monotonic()` of the process's last loop
+- `beat_learner[0]`, `beat_policy[i]`, `beat_rollout[w]`, `beat_eval[0]`: `time.monotonic()` of the process's last loop
   iteration (0 until its first). CLOCK_MONOTONIC is system-wide, so the runner can compare them to its own.
 - `slot_owner[slot]`: the rollout worker holding a trajectory slot, -1 when none does (free, full or with the
   learner). The runner hands a dead worker's slots back to the free queue.
@@ -34,6 +34,7 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "beat_learner": ((1,), f64),
         "beat_policy": ((policy_workers,), f64),
         "beat_rollout": ((workers,), f64),
+        "beat_eval": ((1,), f64),  # the evaluation process (--eval-every)
         "slot_owner": ((slots,), i64),
         "want": ((slots,), i64),
         "acted": ((slots,), i64),

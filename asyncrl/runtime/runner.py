@@ -20,11 +20,13 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
+from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, EvalSchedule
 from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.shared import SharedWeights
@@ -112,6 +114,7 @@ class Runner:
         self.last_printed = 0.0  # when the last progress line was printed
         self.monitor = RunMonitor(cfg, self.spec, out)
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
+        self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -140,7 +143,8 @@ class Runner:
         free = cfg.trajectories_per_batch if cfg.deterministic else num_slots(cfg)
         self.channels.free.put_many(list(range(free)))
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
-        self.metrics = distributed.metrics_writer(cfg.run_dir) or MetricsWriter(cfg.run_dir)  # torchrun hook
+        self.metrics = (distributed.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg))  # torchrun hook
+                        or MetricsWriter(cfg.run_dir, open_sinks(cfg)))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
@@ -232,6 +236,9 @@ class Runner:
         for i in range(cfg.workers):
             self._spawn(f"rollout-{i}", "asyncrl.runtime.rollout_worker", "run_rollout_worker",
                         i, cfg, self.traj, ch)
+        if self.evaluation.enabled:
+            self._spawn("eval-0", "asyncrl.runtime.evaluator", "run_evaluator",
+                        cfg, spec, self.weights, ch, self.evaluation.request)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
@@ -270,17 +277,21 @@ class Runner:
             if now - last_ckpt >= cfg.checkpoint_interval:
                 self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
                 last_ckpt = now
+            frames = self.totals.env_steps * self.spec.frameskip
+            self.evaluation.tick(frames)
             if self._frames_done() and not cfg.deterministic:  # in lockstep, checked after each update
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
             self.stop_reason = distributed.group_stop(self.stop_reason, self.totals)  # torchrun hook: agreed stop
             time.sleep(0.05)
-        # A last report for the tail of the run (skipped if too short to give meaningful rates; in lockstep every
-        # update already has its record).
+        stopped_at = time.monotonic()
+        self._final_evaluation()
+        # A last report for the tail of the run (skipped if too short to give meaningful rates, unless it carries
+        # the final evaluation; in lockstep every update already has its record).
         self._drain_reports()
-        tail = time.monotonic() - self.last_report
-        if (tail >= 1.0 and not cfg.deterministic) or self.metrics_records == 0:
+        tail = stopped_at - self.last_report
+        if (tail >= 1.0 and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
@@ -300,6 +311,20 @@ class Runner:
         self._report_interval(time.monotonic())
         if self._frames_done():
             self.stop_reason = "frames"
+
+    def _final_evaluation(self) -> None:
+        """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it."""
+        reason = self.stop_reason
+        if not self.evaluation.enabled or reason not in ("frames", "seconds"):
+            return
+        self.evaluation.request_final(self.totals.env_steps * self.spec.frameskip)
+        self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
+        self.out("final evaluation...", flush=True)
+        deadline = time.monotonic() + FINAL_TIMEOUT_S
+        while (not self.evaluation.final_done and self.stop_reason == reason and time.monotonic() < deadline
+               and self.procs["eval-0"].is_alive()):
+            self._drain_reports()
+            time.sleep(0.05)
 
     def _shutdown(self) -> None:
         ch = self.channels
@@ -360,6 +385,8 @@ class Runner:
             raise RunError(payload["message"], hint=payload.get("hint", True))
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
+        elif kind == "eval":
+            self.evaluation.receive(payload)
         elif kind in ("env_error", "saved", "save_failed"):
             self.supervisor.handle(kind, payload)
 
@@ -410,7 +437,10 @@ class Runner:
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []
+        record.update(self.evaluation.pop_results())
         self.metrics.write(record, step=record["frames"])
+        for video in self.evaluation.pop_videos():
+            self.metrics.write_video("eval_video", video["gif"], video["video"], step=record["frames"])
         self.metrics_records += 1
         now = time.monotonic()
         quiet = now - self.last_printed < self.cfg.report_interval and not self._frames_done()

@@ -215,6 +215,8 @@ class Supervisor:
             self.live["incarnation"][member.index] += 1
             self.worker_restarts += 1
             what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded)"
+        elif member.kind == "eval":
+            what = "restarted it (training was not affected)"
         else:
             self.policy_restarts += 1
             what = "restarted it (the rollout workers re-send what it had taken)"
