@@ -155,9 +155,6 @@ class Config:
     def validate(self) -> None:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
-        from asyncrl.learners.registry import check_algo  # here: the registry imports this module
-
-        check_algo(self.algo)
         if self.deterministic:
             for name in LOCKSTEP_ONES:
                 if getattr(self, name) != 1:

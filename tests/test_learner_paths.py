@@ -15,7 +15,7 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.batch import Batch, gather_batch
-from asyncrl.runtime import devices
+from asyncrl.models import precision as model_precision
 from asyncrl.runtime.checkpoint import list_checkpoints, save_checkpoint
 from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
 
@@ -174,10 +174,10 @@ def test_one_bf16_update_matches_fp32(monkeypatch: pytest.MonkeyPatch, native_bf
     """`--precision auto` picks bf16 for the CNN only on CPUs with native bf16; an explicit bf16 runs either way.
     One update in bf16 matches the same update in fp32 within the BF16_* tolerances, and is not bit-identical to
     it (the encoder really computed in bf16)."""
-    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native_bf16)
+    monkeypatch.setattr(model_precision, "cpu_has_native_bf16", lambda: native_bf16)
     cpu = torch.device("cpu")
-    assert devices.resolve_precision("auto", cpu, image_obs=True) == (torch.bfloat16 if native_bf16 else None)
-    assert devices.resolve_precision("auto", cpu, image_obs=False) is None
+    assert model_precision.resolve_precision("auto", cpu, image_obs=True) == (torch.bfloat16 if native_bf16 else None)
+    assert model_precision.resolve_precision("auto", cpu, image_obs=False) is None
     t, b = 4, 4
     g = torch.Generator().manual_seed(0)
     batch = Batch(

@@ -13,6 +13,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.aggregate import Totals, learner_stats
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
+from asyncrl.launch import validate
 from asyncrl.learners import registry
 from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.base import Learner, no_gradient_sync
@@ -55,7 +56,7 @@ class CountingLearner:
 
 def test_unknown_algo_is_one_line_and_exit_2(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--algo must be one of appo"):
-        Config(env="CartPole-v1", algo="nope").resolve().validate()
+        validate(Config(env="CartPole-v1", algo="nope").resolve())
     result = subprocess.run([sys.executable, "-m", "asyncrl.cli.train", "--env", "CartPole-v1", "--algo", "nope",
                              "--train-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
@@ -66,7 +67,7 @@ def test_unknown_algo_is_one_line_and_exit_2(tmp_path) -> None:
 def test_a_registered_learner_is_built_by_make_learner(monkeypatch) -> None:
     monkeypatch.setitem(registry.LEARNERS, "counting", CountingLearner)
     cfg = Config(env="null", algo="counting").resolve()
-    cfg.validate()  # a registered name passes --algo's check
+    validate(cfg)  # a registered name passes --algo's check
     learner = registry.make_learner(cfg, NULL_SPEC, torch.device("cpu"))
     assert isinstance(learner, CountingLearner) and isinstance(learner, Learner)
     policy = registry.learner_class("counting").build_policy(NULL_SPEC, cfg, torch.device("cpu"))

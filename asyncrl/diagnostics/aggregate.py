@@ -19,8 +19,9 @@ LAST_STATS = {"learning_rate": None, "nonfinite_updates": 0}
 SUMMED_STATS = ("dropped_stale", "truncations_unbootstrapped")
 # Per-update figures the record has elsewhere or does not keep: the batch size, the published version, the
 # loss (the sum of the terms already recorded), truncations (counted by the rollout workers as episodes
-# truncated), and the data-parallel hook's group counters.
-UNRECORDED_STATS = frozenset({"samples", "policy_version", "loss", "truncations", "group_env_steps", "ranks"})
+# truncated), the data-parallel hook's group counters, and APPO's V-trace checks (for tests, not metrics).
+UNRECORDED_STATS = frozenset({"samples", "policy_version", "loss", "truncations", "group_env_steps", "ranks",
+                              "value_target_mean", "importance_ratio_mean"})
 
 
 def is_timing(key: str) -> bool:

@@ -21,7 +21,7 @@ from asyncrl.learners.base import GradientHook, no_gradient_sync
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.actor_critic import ActorCritic, build_model
-from asyncrl.runtime.devices import resolve_precision
+from asyncrl.models.precision import resolve_precision
 
 
 class APPOLearner:
