@@ -458,7 +458,7 @@ class _Group:
         from asyncrl.models.actor_critic import flat_state
 
         digest = hashlib.sha256()
-        for t in flat_state(learner.model):
+        for t in flat_state(learner.policy_module()):
             digest.update(t.detach().float().cpu().contiguous().numpy().tobytes())
         with open(os.path.join(self.run_dir, CHECKSUMS_FILE), "a") as f:
             f.write(json.dumps({"rank": self.info.rank, "version": learner.version,

@@ -1,4 +1,4 @@
-"""Runner: the main process. Allocates shared memory, forks the workers, supervises them, aggregates their
+"""Runner: the main process. Allocates shared memory (`wiring.py`), forks the workers, supervises them, aggregates their
 reports into metrics, schedules checkpoints and shuts everything down in order.
 
 The runner never imports torch: children are forked from it, and a torch-free parent keeps every rollout
