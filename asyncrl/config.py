@@ -69,6 +69,7 @@ class Config:
         "help": "Atari: cut a game after this many emulator frames (a truncation: the learner bootstraps from the "
                 "last observation, unlike a game over)"})
     # --- learning ---
+    algo: str = field(default="appo", metadata={"help": "learning algorithm (asyncrl/learners/registry.py): appo"})
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
     epochs: int = field(default=3, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from asyncrl.config import Config, ConfigError, resume_changes
+from asyncrl.learners.registry import check_algo
 from asyncrl.runtime import distributed
 
 
@@ -80,7 +81,7 @@ def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
-    cfg.validate()
+    validate(cfg)
     check_can_fork()
     for change in resume_changes(cfg):  # settings the command line changed from the saved run's
         out(change, flush=True)
@@ -93,6 +94,12 @@ def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
         f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
     return runner.run(), runner.stop_reason
+
+
+def validate(cfg: Config) -> None:
+    """Every check of the settings that needs nothing started: the config's own, and that `--algo` is a learner."""
+    cfg.validate()
+    check_algo(cfg.algo)
 
 
 def require_cuda() -> None:

@@ -107,9 +107,9 @@ def make_huge_obs_env() -> gym.Env:
 
 
 def _plant_learner_fault(kind: str) -> None:
-    from asyncrl.runtime import learner
+    from asyncrl.learners.appo import APPOLearner
 
-    original = learner.Learner.train
+    original = APPOLearner.train
     calls = [0]
 
     def train(self, batch, frames):
@@ -120,7 +120,7 @@ def _plant_learner_fault(kind: str) -> None:
             time.sleep(3600)
         return original(self, batch, frames)
 
-    learner.Learner.train = train
+    APPOLearner.train = train
 
 
 def _plant_file_size_limit(limit: int) -> None:

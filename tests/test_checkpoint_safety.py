@@ -16,8 +16,8 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.learners.appo import APPOLearner
 from asyncrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
-from asyncrl.runtime.learner import Learner
 from tests.conftest import run_cli
 
 SMALL = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",
@@ -56,7 +56,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_learner_checkpoint_round_trips_with_weights_only(tmp_path: Path) -> None:
     cfg = Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="x")
-    learner = Learner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu"))
+    learner = APPOLearner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu"))
     np.random.seed(3)
     random.seed(4)
     torch.manual_seed(5)

@@ -11,8 +11,9 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
+from asyncrl.learners.appo import APPOLearner
+from asyncrl.learners.batch import gather_batch
 from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.learner import Learner, gather_batch
 from asyncrl.runtime.liveness import NO_OWNER
 from asyncrl.runtime.rollout_worker import run_rollout_worker
 from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
@@ -80,7 +81,7 @@ def test_normaliser_is_updated_after_training_on_its_batch() -> None:
     from asyncrl.envs.registry import make_env_spec
 
     spec = make_env_spec(cfg.env)
-    learner = Learner(cfg, spec, torch.device("cpu"))
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
     t, b = cfg.rollout, 4
     obs = (torch.randn(t + 1, b, 4) * torch.tensor([3.0, 0.2, 5.0, 0.1]) + 2.0).float()
     with torch.no_grad():

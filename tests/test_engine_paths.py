@@ -23,8 +23,8 @@ from conftest import TrainRun, start_train, wait_for
 
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.learners.appo import APPOLearner
 from asyncrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
-from asyncrl.runtime.learner import Learner
 
 SMALL = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",
          "--minibatches", "1", "--report-interval", "1", "--device", "cpu"]
@@ -98,7 +98,7 @@ def test_two_policy_workers_and_frames_stop_then_enjoy_beats_an_untrained_policy
     _, state = load_latest_checkpoint(str(run.run_dir))
     cfg = Config.from_dict(json.loads(state["config"]))
     torch.manual_seed(0)
-    fresh = Learner(cfg, make_env_spec(cfg.env), torch.device("cpu"))  # the same model, untrained
+    fresh = APPOLearner(cfg, make_env_spec(cfg.env), torch.device("cpu"))  # the same model, untrained
     fresh_dir = tmp_path / "fresh"
     save_checkpoint(str(fresh_dir), 1, {**state, "learner": fresh.state_dict()}, keep=1)
     trained_score, fresh_score = enjoy(run.run_dir), enjoy(fresh_dir)

@@ -15,8 +15,9 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvBroken
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.learners.appo import APPOLearner
+from asyncrl.learners.batch import Batch
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.learner import Batch, Learner
 from tests.conftest import read_metrics, shm_entries, start_train
 from tests.erratic_envs import RaiseEvery
 
@@ -96,12 +97,12 @@ def test_a_failed_step_is_cut_out_of_the_loss_and_the_trace() -> None:
     base.lag[bad_t + 1:, bad_env] = 100  # too stale to train: what follows the error may only act through the trace
 
     def grads(batch: Batch) -> list[torch.Tensor]:
-        learner = Learner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu"))
+        learner = APPOLearner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu"))
         learner.model.load_state_dict(model_state)
         learner._step(batch, batch.trainable(cfg.max_policy_lag))
         return [p.grad.clone() for p in learner.model.parameters()]
 
-    model_state = Learner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu")).model.state_dict()
+    model_state = APPOLearner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu")).model.state_dict()
     reference = grads(base)
     garbage = Batch(**{f: getattr(base, f).clone() for f in base.__dataclass_fields__})
     garbage.rewards[bad_t:, bad_env] = 1e6  # whatever the failed step wrote, and the fresh instance's rewards

@@ -13,20 +13,21 @@ import torch
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.runtime import devices
+from asyncrl.learners.appo import APPOLearner
+from asyncrl.learners.batch import Batch, gather_batch
+from asyncrl.models import precision as model_precision
 from asyncrl.runtime.checkpoint import list_checkpoints, save_checkpoint
-from asyncrl.runtime.learner import Batch, Learner, gather_batch
 from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
 
 T, B = 6, 8  # steps x envs of the hand-made batches
 MAX_LAG = 2
 
 
-def make_learner(seed: int = 0, **overrides: object) -> Learner:
+def make_learner(seed: int = 0, **overrides: object) -> APPOLearner:
     cfg = Config(env="null", minibatches=1, epochs=1, max_policy_lag=MAX_LAG, lr_schedule="constant", lr=1e-3,
                  **overrides)
     torch.manual_seed(seed)
-    return Learner(cfg, NULL_SPEC, torch.device("cpu"))
+    return APPOLearner(cfg, NULL_SPEC, torch.device("cpu"))
 
 
 def make_batch(seed: int, lag: torch.Tensor) -> Batch:
@@ -44,11 +45,11 @@ def make_batch(seed: int, lag: torch.Tensor) -> Batch:
     )
 
 
-def params(learner: Learner) -> list[torch.Tensor]:
+def params(learner: APPOLearner) -> list[torch.Tensor]:
     return [p.detach().clone() for p in learner.model.parameters()]
 
 
-def max_change(before: list[torch.Tensor], learner: Learner) -> float:
+def max_change(before: list[torch.Tensor], learner: APPOLearner) -> float:
     return max(float((a - p.detach()).abs().max()) for a, p in zip(before, learner.model.parameters()))
 
 
@@ -173,10 +174,10 @@ def test_one_bf16_update_matches_fp32(monkeypatch: pytest.MonkeyPatch, native_bf
     """`--precision auto` picks bf16 for the CNN only on CPUs with native bf16; an explicit bf16 runs either way.
     One update in bf16 matches the same update in fp32 within the BF16_* tolerances, and is not bit-identical to
     it (the encoder really computed in bf16)."""
-    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native_bf16)
+    monkeypatch.setattr(model_precision, "cpu_has_native_bf16", lambda: native_bf16)
     cpu = torch.device("cpu")
-    assert devices.resolve_precision("auto", cpu, image_obs=True) == (torch.bfloat16 if native_bf16 else None)
-    assert devices.resolve_precision("auto", cpu, image_obs=False) is None
+    assert model_precision.resolve_precision("auto", cpu, image_obs=True) == (torch.bfloat16 if native_bf16 else None)
+    assert model_precision.resolve_precision("auto", cpu, image_obs=False) is None
     t, b = 4, 4
     g = torch.Generator().manual_seed(0)
     batch = Batch(
@@ -191,7 +192,7 @@ def test_one_bf16_update_matches_fp32(monkeypatch: pytest.MonkeyPatch, native_bf
     for precision in ("fp32", "auto" if native_bf16 else "bf16"):
         cfg = Config(env="image", minibatches=1, epochs=1, lr_schedule="constant", lr=1e-3, precision=precision)
         torch.manual_seed(0)
-        learner = Learner(cfg, IMAGE_SPEC, cpu)
+        learner = APPOLearner(cfg, IMAGE_SPEC, cpu)
         assert learner.model.compute_dtype == (None if precision == "fp32" else torch.bfloat16)
         before = torch.cat([p.detach().flatten() for p in learner.model.parameters()])
         stats.append(learner.train(batch, frames=0))

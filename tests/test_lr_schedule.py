@@ -44,12 +44,13 @@ def test_learner_adapts_and_checkpoints_its_rate() -> None:
 
     from asyncrl.config import Config
     from asyncrl.envs.base import EnvSpec
-    from asyncrl.runtime.learner import Batch, Learner
+    from asyncrl.learners.appo import APPOLearner
+    from asyncrl.learners.batch import Batch
 
     spec = EnvSpec("vec", (4,), np.dtype(np.float32), gym.spaces.Discrete(2), 1)
     cfg = Config(env="CartPole-v1", lr=1e-4, lr_schedule="kl", kl_target=1.0, minibatches=1, rollout=4,
                  batch_size=8, envs_per_worker=4)
-    learner = Learner(cfg, spec, torch.device("cpu"))
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
     t, b = 4, 2
     batch = Batch(obs=torch.randn(t + 1, b, 4), actions=torch.randint(0, 2, (t, b)),
                   behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b),
@@ -61,6 +62,6 @@ def test_learner_adapts_and_checkpoints_its_rate() -> None:
     for _ in range(30):
         learner.train(batch, frames=0)
     assert learner.lr == pytest.approx(1e-3)  # capped at 10 x --lr
-    other = Learner(cfg, spec, torch.device("cpu"))
+    other = APPOLearner(cfg, spec, torch.device("cpu"))
     other.load_state_dict(learner.state_dict())
     assert other.lr == pytest.approx(learner.lr)

@@ -390,13 +390,14 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
 
     from asyncrl.config import Config
     from asyncrl.envs.registry import make_env_spec
+    from asyncrl.learners.appo import APPOLearner
+    from asyncrl.learners.batch import Batch
     from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
-    from asyncrl.runtime.learner import Batch, Learner
 
     cfg = Config(env="CartPole-v1", train_dir=str(tmp_path), normalize_obs=True, lr_schedule="linear",
                  frames=10_000, minibatches=1)
     spec = make_env_spec(cfg.env)
-    learner = Learner(cfg, spec, torch.device("cpu"))
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
     t, b = 8, 4
     batch = Batch(obs=torch.randn(t + 1, b, 4), actions=torch.randint(0, 2, (t, b)),
                   behaviour_logp=torch.full((t, b), -0.69), rewards=torch.ones(t, b),
@@ -408,7 +409,7 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     expected_rng = (torch.get_rng_state(), np.random.get_state()[1].copy())
     torch.manual_seed(123)
     np.random.seed(123)
-    restored = Learner(cfg, spec, torch.device("cpu"))
+    restored = APPOLearner(cfg, spec, torch.device("cpu"))
     restored.load_state_dict(load_latest_checkpoint(cfg.run_dir)[1]["learner"])
     for (name, a), b_ in zip(learner.model.state_dict().items(), restored.model.state_dict().values()):
         assert torch.equal(a, b_), name

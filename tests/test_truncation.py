@@ -13,7 +13,8 @@ from asyncrl.algo.vtrace import vtrace
 from asyncrl.config import Config
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.runtime.learner import Learner, gather_batch
+from asyncrl.learners.appo import APPOLearner
+from asyncrl.learners.batch import gather_batch
 from asyncrl.runtime.rollout_worker import _keep_final_obs
 from asyncrl.runtime.trajectories import NO_FINAL, allocate_trajectories
 
@@ -117,7 +118,7 @@ def test_learner_bootstraps_from_the_stored_final_observation() -> None:
     assert traj["final_step"][slot].tolist() == [1, 1]  # the first cut is kept, the second has none
     np.testing.assert_array_equal(traj["final_obs"][slot], returned[1])
 
-    learner = Learner(cfg, spec, torch.device("cpu"))
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
     batch = gather_batch(traj, np.array([slot]), version=1, device=torch.device("cpu"))
     np.testing.assert_array_equal(batch.final_obs.numpy(), returned[1])
     has_final = batch.has_final()

@@ -6,14 +6,14 @@ import sys
 
 from asyncrl.config import ConfigError, parse_command_line
 from asyncrl.envs.base import EnvError
-from asyncrl.launch import ForkError, run
+from asyncrl.launch import ForkError, run, validate
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         command = parse_command_line(argv)
         if command.print_config:  # the resolved settings, validated; nothing is created
-            command.config.validate()
+            validate(command.config)
             print(command.config.to_json())
             return 0
         return run(command.config)[0]

@@ -267,7 +267,7 @@ def _point_checkpoint_hints_at(leader_dir: str) -> None:
     """A rank > 0 keeps no checkpoints: its error lines point at rank 0's."""
     from asyncrl.runtime import supervisor
 
-    supervisor.Supervisor.checkpoint_hint = lambda _self: _checkpoint_hint(leader_dir)
+    supervisor.Supervisor.checkpoint_hint = lambda _self, _final=None: _checkpoint_hint(leader_dir)
 
 
 def _checkpoint_hint(leader_dir: str) -> str:
@@ -464,7 +464,7 @@ class _Group:
         from asyncrl.models.actor_critic import flat_state
 
         digest = hashlib.sha256()
-        for t in flat_state(learner.model):
+        for t in flat_state(learner.policy_module()):
             digest.update(t.detach().float().cpu().contiguous().numpy().tobytes())
         with open(os.path.join(self.run_dir, CHECKSUMS_FILE), "a") as f:
             f.write(json.dumps({"rank": self.info.rank, "version": learner.version,

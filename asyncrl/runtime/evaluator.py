@@ -44,15 +44,13 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renderers (classic control): no display needed
     import torch
 
-    from asyncrl.models.actor_critic import build_model
+    from asyncrl.learners.registry import learner_class
     from asyncrl.runtime.best_checkpoint import read_best_return, save_best
-    from asyncrl.runtime.devices import resolve_precision
     from asyncrl.runtime.policy_worker import WeightsReader
 
     torch.set_num_threads(1)
     beat = channels.live["beat_eval"]
-    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).eval()
-    model.compute_dtype = resolve_precision(cfg.precision, torch.device("cpu"), len(spec.obs_shape) == 3)
+    model = learner_class(cfg.algo).build_policy(spec, cfg, torch.device("cpu")).eval()  # what is published
     reader = WeightsReader(model, weights)
     best = read_best_return(cfg.run_dir)  # a resumed run keeps its best so far
     done = 0  # frames of the last evaluation served (a restarted evaluator serves the newest request)

@@ -14,9 +14,10 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import build_model, flat_state
+from asyncrl.learners.registry import learner_class
+from asyncrl.models.actor_critic import flat_state
 from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.devices import resolve_device, resolve_precision
+from asyncrl.runtime.devices import resolve_device
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.seeding import make_deterministic
@@ -56,8 +57,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     if cfg.deterministic:
         make_deterministic()
     device = resolve_device(cfg.device)
-    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device).eval()
-    model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
+    model = learner_class(cfg.algo).build_policy(spec, cfg, device).eval()  # what the learner publishes
     reader = WeightsReader(model, weights)
     while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
         reader.refresh() or time.sleep(0.01)

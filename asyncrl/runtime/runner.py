@@ -1,4 +1,4 @@
-"""Runner: the main process. Allocates shared memory, forks the workers, supervises them, aggregates their
+"""Runner: the main process. Allocates shared memory (`wiring.py`), forks the workers, supervises them, aggregates their
 reports into metrics, schedules checkpoints and shuts everything down in order.
 
 The runner never imports torch: children are forked from it, and a torch-free parent keeps every rollout
@@ -14,9 +14,9 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.aggregate import Totals
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
@@ -24,12 +24,11 @@ from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime import distributed
-from asyncrl.runtime.channels import Channels, Empty
+from asyncrl.runtime.channels import Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
 from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, EvalSchedule
 from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
-from asyncrl.runtime.shared import SharedWeights
 from asyncrl.runtime.supervisor import (
     RunError,
     Supervisor,
@@ -37,7 +36,8 @@ from asyncrl.runtime.supervisor import (
     clean_checkpoint_temps,
     clean_stale_shm,
 )
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots, trajectory_bytes
+from asyncrl.runtime.trajectories import trajectory_bytes
+from asyncrl.runtime.wiring import build_wiring
 
 SHUTDOWN_TIMEOUT_S = 8.0
 
@@ -49,26 +49,6 @@ def _child_main(module: str, function: str, *args) -> None:
 
 
 __all__ = ["RunError", "Runner", "check_memory", "check_run_dir"]
-
-
-@dataclass
-class Totals:
-    """Counters over the whole run and over the current report interval."""
-
-    env_steps: int = 0
-    env_errors: int = 0  # as reported with the env steps (for the error rate; the counters come from liveness)
-    episodes: int = 0
-    episodes_truncated: int = 0  # episodes a time limit cut (truncated, not terminated)
-    truncations_unbootstrapped: int = 0  # trained-on truncations with no final observation (masked out)
-    dropped_stale: int = 0
-    returns: deque = field(default_factory=lambda: deque(maxlen=100))
-    lengths: deque = field(default_factory=lambda: deque(maxlen=100))
-    learner: list[dict] = field(default_factory=list)
-    rollout_time: dict[str, float] = field(
-        default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_wait_slot": 0.0, "t_total": 0.0})
-    policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
-    policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
-    policy_version: int = 0
 
 
 def check_run_dir(cfg: Config) -> None:
@@ -131,17 +111,8 @@ class Runner:
             f.write(cfg.to_json())
         if not cfg.resume:
             write_meta(cfg, spec)
-        try:
-            self.traj = allocate_trajectories(cfg, spec)
-            self.weights = SharedWeights()
-            self.channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
-        except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
-            raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "
-                              f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
-                              ) from None
-        # Lockstep (--deterministic): one batch of slots, so the worker waits for each update before collecting on.
-        free = cfg.trajectories_per_batch if cfg.deterministic else num_slots(cfg)
-        self.channels.free.put_many(list(range(free)))
+        self.wiring = build_wiring(cfg, spec)
+        self.traj, self.weights, self.channels = self.wiring.traj, self.wiring.weights, self.wiring.channels
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
         self.metrics = (distributed.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg))  # torchrun hook
                         or MetricsWriter(cfg.run_dir, open_sinks(cfg)))
@@ -169,7 +140,7 @@ class Runner:
                 self.metrics.close()
             except OSError:
                 pass
-            os.close(self.weights.fd)
+            self.wiring.close()
         if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
             final = self.supervisor.last_saved
             final = final if final is not self.saved_before_stop else None
@@ -228,17 +199,11 @@ class Runner:
         self.supervisor.restore(run)
 
     def _start_processes(self) -> None:
-        cfg, spec, ch = self.cfg, self.spec, self.channels
-        self._spawn("learner", "asyncrl.runtime.learner", "run_learner", cfg, spec, self.traj, self.weights, ch)
-        for i in range(cfg.policy_workers):
-            self._spawn(f"policy-{i}", "asyncrl.runtime.policy_worker", "run_policy_worker",
-                        i, cfg, spec, self.traj, self.weights, ch)
-        for i in range(cfg.workers):
-            self._spawn(f"rollout-{i}", "asyncrl.runtime.rollout_worker", "run_rollout_worker",
-                        i, cfg, self.traj, ch)
-        if self.evaluation.enabled:
+        for proc in self.wiring.processes:
+            self._spawn(proc.name, proc.module, proc.function, *proc.args)
+        if self.evaluation.enabled:  # its request block belongs to the runner's evaluation schedule
             self._spawn("eval-0", "asyncrl.runtime.evaluator", "run_evaluator",
-                        cfg, spec, self.weights, ch, self.evaluation.request)
+                        self.cfg, self.spec, self.weights, self.channels, self.evaluation.request)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
@@ -251,6 +216,7 @@ class Runner:
             if kind == "ready":
                 self.totals.env_steps += payload["env_steps"]
                 self.totals.policy_version = payload["version"]
+                self.totals.expect_learner_stats(payload.get("stats", ()))
                 self._restore(payload.get("run") or {})
                 return
             self._handle(kind, payload)
@@ -356,26 +322,12 @@ class Runner:
     def _handle(self, kind: str, payload: dict) -> None:
         t = self.totals
         if kind == "rollout":
-            t.env_steps += int(payload["env_steps"])
-            t.env_errors += int(payload.get("env_errors", 0))
-            for ret, length, truncated in payload["episodes"]:
-                t.returns.append(ret)
-                t.lengths.append(length)
-                t.episodes_truncated += bool(truncated)
-            t.episodes += len(payload["episodes"])
+            t.add_rollout(payload)
             self.monitor.sample_queues(self.channels)
-            for k in t.rollout_time:
-                t.rollout_time[k] += payload.get(k, 0.0)
         elif kind == "policy":
-            t.policy_batches[0] += payload["batches"]
-            t.policy_batches[1] += payload["samples"]
-            for k in t.policy_time:
-                t.policy_time[k] += payload[k]
+            t.add_policy(payload)
         elif kind == "learner":
-            t.learner.append(payload)
-            t.dropped_stale += payload.get("dropped_stale", 0)
-            t.truncations_unbootstrapped += payload.get("truncations_unbootstrapped", 0)
-            t.policy_version = payload.get("policy_version", t.policy_version)
+            t.add_learner(payload)
             if self.cfg.deterministic:
                 self._lockstep_update()
         elif kind == "fatal":
@@ -389,25 +341,6 @@ class Runner:
             self.evaluation.receive(payload)
         elif kind in ("env_error", "saved", "save_failed"):
             self.supervisor.handle(kind, payload)
-
-    def _stage_fractions(self) -> dict[str, float | None]:
-        """Share of wall time each process type spent in each stage during the interval (then reset)."""
-        t = self.totals
-        out: dict[str, float | None] = {}
-        for prefix, times in (("rollout", t.rollout_time), ("policy", t.policy_time)):
-            total = times["t_total"]
-            for stage, value in times.items():
-                if stage != "t_total":
-                    out[f"{prefix}_{stage[2:]}_frac"] = value / total if total > 0 else None
-                times[stage] = 0.0
-        batches, samples = t.policy_batches
-        out["inference_batch_mean"] = samples / batches if batches else None
-        t.policy_batches = [0, 0]
-        learner_total = sum(s.get("t_wait", 0) + s.get("t_copy", 0) + s.get("t_train", 0) for s in t.learner)
-        for stage in ("wait", "copy", "train"):
-            value = sum(s.get(f"t_{stage}", 0.0) for s in t.learner)
-            out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
-        return out
 
     def _report(self, dt: float, steps: int) -> None:
         t, fs = self.totals, self.spec.frameskip
@@ -427,13 +360,8 @@ class Runner:
             "dropped_stale": t.dropped_stale,
             "learner_updates": len(t.learner),
         }
-        trained = [s for s in t.learner if "policy_loss" in s]
-        for key in ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "clip_fraction", "policy_lag_mean"):
-            record[key] = sum(s[key] for s in trained) / len(trained) if trained else None
-        record["policy_lag_max"] = max(s["policy_lag_max"] for s in trained) if trained else None
-        record["learning_rate"] = trained[-1]["learning_rate"] if trained else None
-        record["nonfinite_updates"] = trained[-1]["nonfinite_updates"] if trained else 0
-        record.update(self._stage_fractions())
+        record.update(t.learner_record())
+        record.update(t.stage_fractions())
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         t.learner = []

@@ -1,0 +1,126 @@
+"""The runner's tallies of its children's reports: run totals, stage-time shares and the learner's stats.
+
+Rollout and policy workers report counters and stage times; the learner reports whatever numeric stats its
+algorithm's `train` returns. `learner_stats` averages every one of them over the interval, except the keys in
+the rule tables below. Torch-free (the runner imports it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Learner stats that are not averaged: the largest of the interval, or the newest (defaults when no update ran).
+MAX_STATS = frozenset({"policy_lag_max"})
+LAST_STATS = {"learning_rate": None, "nonfinite_updates": 0}
+# Counted over the whole run by `Totals.add_learner` (the record carries the running totals).
+SUMMED_STATS = ("dropped_stale", "truncations_unbootstrapped")
+# Per-update figures the record has elsewhere or does not keep: the batch size, the published version, the
+# loss (the sum of the terms already recorded), truncations (counted by the rollout workers as episodes
+# truncated), the data-parallel hook's group counters, and APPO's V-trace checks (for tests, not metrics).
+UNRECORDED_STATS = frozenset({"samples", "policy_version", "loss", "truncations", "group_env_steps", "ranks",
+                              "value_target_mean", "importance_ratio_mean"})
+
+
+def is_timing(key: str) -> bool:
+    """Stage times (`t_wait`, `t_forward`, ...): shares of the learner's time, not averages (see monitor.py)."""
+    return key.startswith("t_")
+
+
+@dataclass
+class Totals:
+    """Counters over the whole run and over the current report interval."""
+
+    env_steps: int = 0
+    env_errors: int = 0  # as reported with the env steps (for the error rate; the counters come from liveness)
+    episodes: int = 0
+    episodes_truncated: int = 0  # episodes a time limit cut (truncated, not terminated)
+    truncations_unbootstrapped: int = 0  # trained-on truncations with no final observation (masked out)
+    dropped_stale: int = 0
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    lengths: deque = field(default_factory=lambda: deque(maxlen=100))
+    learner: list[dict] = field(default_factory=list)
+    learner_stat_names: list[str] = field(default_factory=list)  # recorded (None) even before the first update
+    rollout_time: dict[str, float] = field(
+        default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_wait_slot": 0.0, "t_total": 0.0})
+    policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
+    policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
+    policy_version: int = 0
+
+    def add_rollout(self, payload: Mapping[str, Any]) -> None:
+        self.env_steps += int(payload["env_steps"])
+        self.env_errors += int(payload.get("env_errors", 0))
+        for ret, length, truncated in payload["episodes"]:
+            self.returns.append(ret)
+            self.lengths.append(length)
+            self.episodes_truncated += bool(truncated)
+        self.episodes += len(payload["episodes"])
+        for k in self.rollout_time:
+            self.rollout_time[k] += payload.get(k, 0.0)
+
+    def add_policy(self, payload: Mapping[str, Any]) -> None:
+        self.policy_batches[0] += payload["batches"]
+        self.policy_batches[1] += payload["samples"]
+        for k in self.policy_time:
+            self.policy_time[k] += payload[k]
+
+    def add_learner(self, payload: dict[str, Any]) -> None:
+        self.learner.append(payload)
+        self.dropped_stale += payload.get("dropped_stale", 0)
+        self.truncations_unbootstrapped += payload.get("truncations_unbootstrapped", 0)
+        self.policy_version = payload.get("policy_version", self.policy_version)
+
+    def expect_learner_stats(self, names: Iterable[str]) -> None:
+        """The stats the learner announced when it started (recorded as None while no update has run)."""
+        self.learner_stat_names = list(names)
+
+    def stage_fractions(self) -> dict[str, float | None]:
+        """Share of wall time each process type spent in each stage during the interval (then reset)."""
+        out: dict[str, float | None] = {}
+        for prefix, times in (("rollout", self.rollout_time), ("policy", self.policy_time)):
+            total = times["t_total"]
+            for stage, value in times.items():
+                if stage != "t_total":
+                    out[f"{prefix}_{stage[2:]}_frac"] = value / total if total > 0 else None
+                times[stage] = 0.0
+        batches, samples = self.policy_batches
+        out["inference_batch_mean"] = samples / batches if batches else None
+        self.policy_batches = [0, 0]
+        learner_total = sum(s.get("t_wait", 0) + s.get("t_copy", 0) + s.get("t_train", 0) for s in self.learner)
+        for stage in ("wait", "copy", "train"):
+            value = sum(s.get(f"t_{stage}", 0.0) for s in self.learner)
+            out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
+        return out
+
+    def learner_record(self) -> dict[str, Any]:
+        """The interval's learner stats (the announced ones first, None where no update reported them)."""
+        return learner_stats(self.learner, self.learner_stat_names)
+
+
+def _recorded(key: str, value: Any) -> bool:
+    return (not is_timing(key) and key not in UNRECORDED_STATS and key not in SUMMED_STATS
+            and isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def learner_stats(reports: Sequence[Mapping[str, Any]], names: Iterable[str] = ()) -> dict[str, Any]:
+    """Combine the learner's per-update stats: the mean of each numeric stat over the updates that reported it,
+    except MAX_STATS (max) and LAST_STATS (newest). Reports with no trained stat (a sampling-only run's) count
+    for nothing here."""
+    trained = [s for s in reports if any(_recorded(k, v) for k, v in s.items())]
+    keys = [k for k in names if not is_timing(k)]
+    for s in trained:
+        keys += [k for k, v in s.items() if _recorded(k, v) and k not in keys]
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [s[key] for s in trained if key in s]
+        if key in LAST_STATS:
+            out[key] = values[-1] if values else LAST_STATS[key]
+        elif not values:
+            out[key] = None
+        elif key in MAX_STATS:
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out

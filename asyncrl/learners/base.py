@@ -1,0 +1,76 @@
+"""What the learner process (`asyncrl.runtime.learner`) needs from an algorithm.
+
+A learner owns its networks, optimizers and update rule; the process around it owns the queues, the shared
+weights, checkpoints and the stop rules. Adding an algorithm means one class that satisfies `Learner` and one
+line in `asyncrl.learners.registry.LEARNERS` (docs/architecture.md, "Adding a learner").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from asyncrl.config import Config
+from asyncrl.envs.base import EnvSpec
+from asyncrl.learners.batch import Batch
+
+GradientHook = Callable[[torch.nn.Module, torch.Tensor], None]
+
+
+def no_gradient_sync(_model: torch.nn.Module, _loss: torch.Tensor) -> None:
+    """The gradient hook of a single learner: nothing to average."""
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """One algorithm behind the learner process.
+
+    Attributes the process and its data-parallel hooks (`asyncrl.runtime.distributed`, torchrun) use:
+    - `cfg`, `spec`, `device`: as given to the constructor.
+    - `model`: the module whose trainable parameters the data-parallel hook averages gradients over (and whose
+      floating-point buffers it averages after each update); may hold more than `policy_module()`.
+    - `optimizer`: the optimizer stepping `model`'s parameters.
+    - `version`: the policy version, +1 per `train` call; the process publishes the policy under it.
+    - `samples_trained`: samples trained on so far (the frame count learning-rate schedules use).
+    - `lr`: the current learning rate (the data-parallel hook averages it over the ranks).
+    - `nonfinite_streak`: consecutive skipped optimizer steps with a NaN/Inf loss or gradient; the process
+      stops the run at `asyncrl.runtime.learner.NONFINITE_LIMIT`.
+    - `stat_names`: the stats `train` reports for the metrics (recorded as None until the first update).
+    - `sync_gradients`: called as `sync_gradients(model, loss)` between `loss.backward()` and clipping; the
+      process sets it to the data-parallel hook (default `no_gradient_sync`).
+    """
+
+    cfg: Config
+    spec: EnvSpec
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    version: int
+    samples_trained: int
+    lr: float
+    nonfinite_streak: int
+    stat_names: tuple[str, ...]
+    sync_gradients: GradientHook
+
+    @staticmethod
+    def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> torch.nn.Module:
+        """The acting network, as the policy workers build it: `policy_module()` has the same float tensors in
+        the same order (`asyncrl.models.actor_critic.flat_state`). It must have `act(obs) -> (actions, logp)`."""
+        ...
+
+    def train(self, batch: Batch, frames: int) -> dict[str, float]:
+        """Train on one gathered batch of full slots (`frames` trained on so far); numeric stats for the metrics
+        (see `asyncrl.diagnostics.aggregate` for how the runner combines them)."""
+        ...
+
+    def policy_module(self) -> torch.nn.Module:
+        """What the policy workers need, published after every update: no optimizer state, critics or targets."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpoint state: tensors and plain data only, so it loads with `torch.load(weights_only=True)`."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
