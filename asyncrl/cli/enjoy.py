@@ -121,7 +121,8 @@ def load(args: argparse.Namespace):
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
-    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None)
+    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
+                       env_kwargs=cfg.env_kwargs_dict)
     model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
     try:
         model.load_state_dict(state["learner"]["model"])
