@@ -56,7 +56,7 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
         with torch.no_grad():
             policy_out, _ = model(torch.from_numpy(obs).to(device))
             dist = model.distribution(policy_out)
-            act = (policy_out.argmax(-1) if spec.discrete else policy_out) if args.greedy else dist.sample()
+            act = dist.mode if args.greedy else dist.sample()  # greedy: argmax (per component), or the mean
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
         if recording:
