@@ -41,14 +41,13 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
         return "doom"
     if env == "null":
         return "vector"
-    from asyncrl.envs.base import EnvError
     from asyncrl.envs.registry import is_mujoco, make_env_spec
 
     if is_mujoco(env):
         return "mujoco"
     try:
         spec = make_env_spec(env, env_kwargs)
-    except EnvError:
+    except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
         return "vector"
     image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"
     return "atari" if image else "vector"
