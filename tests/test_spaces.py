@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import asyncrl
 from asyncrl.envs.base import EnvError
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
 from asyncrl.models.actor_critic import MultiCategorical, build_model
@@ -118,3 +119,6 @@ def test_multi_discrete_learns_two_independent_choices(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "bandit" / "metrics.jsonl").read_text().splitlines()]
     returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
     assert returns and max(returns) >= 15.0, returns
+    policy = asyncrl.load_policy(str(tmp_path / "bandit"))
+    assert policy(np.zeros(2, np.float32)).tolist() == [2, 2]  # greedy per component: indices of 3 and 2
+    assert policy(np.zeros((5, 2), np.float32), sample=True).shape == (5, 2)
