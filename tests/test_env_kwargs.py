@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import asyncrl
 from asyncrl.config import ConfigError, config_from_flags
 from asyncrl.presets import preset_name
 from tests.conftest import train_command
@@ -38,18 +40,18 @@ class Sized(gym.Env):
 """
 
 
-def test_kwargs_reach_a_callable_in_the_working_directory(tmp_path: Path) -> None:
+def test_kwargs_reach_a_callable_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "my_env.py").write_text(MY_ENV)
     kwargs = '{"obs_dim": 7, "steps": 4}'
-    proc = subprocess.run([*train_command(), "--env", "my_env:Sized", "--env-kwargs", kwargs, "--frames", "2000",
-                           "--train-dir", "runs", "--workers", "1", "--report-interval", "1"],
+    proc = subprocess.run([*train_command(), "--env", "my_env:Sized", "--env-kwargs", kwargs, "--frames", "3000",
+                           "--train-dir", "runs", "--workers", "1"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # Sized has no default obs_dim
     run_dir = tmp_path / "runs" / "my_env_Sized"
     assert json.loads((run_dir / "config.json").read_text())["env_kwargs"] == kwargs
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    lengths = [r["episode_len_mean"] for r in records if r.get("episode_len_mean") is not None]
-    assert lengths and set(lengths) == {4.0}  # steps=4 reached the constructor
+    monkeypatch.chdir(tmp_path)  # load_policy makes the env again, with the recorded arguments
+    policy = asyncrl.load_policy(str(run_dir))
+    assert policy.obs_shape == (7,) and policy(np.zeros(7, np.float32)) in (0, 1)
 
 
 @pytest.mark.parametrize(("value", "message"), [("{bad", "is not valid JSON"), ("[1, 2]", "must be a JSON object")])
