@@ -14,7 +14,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb]"
+	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco]"
 	touch $(STAMP)
 
 lint: install
@@ -30,7 +30,7 @@ train: install
 BENCH_STAMP := $(VENV)/.bench-stamp
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,bench]"
+	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,bench]"
 	touch $(BENCH_STAMP)
 
 bench: install $(BENCH_STAMP)

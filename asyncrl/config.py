@@ -39,6 +39,19 @@ class ConfigError(ValueError):
     """Bad user input; the CLI prints it as one line and exits with code 2."""
 
 
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """--env-kwargs: a JSON object of env constructor arguments."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--env-kwargs {text!r} is not valid JSON ({exc}); give an object, e.g. "
+                          f"'{{\"continuous\": true}}'") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object of constructor arguments, not {text!r}; e.g. "
+                          f"'{{\"continuous\": true}}'")
+    return value
+
+
 LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
 RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
 
@@ -57,6 +70,9 @@ class Config:
     """One asyncrl run. Field docs double as `--help` text."""
 
     env: str = field(default="atari_pong", metadata={"help": "atari_<game>, a gymnasium id, null, or module:callable"})
+    env_kwargs: str = field(default="{}", metadata={
+        "help": "constructor arguments for a gymnasium id (gymnasium.make) or module:callable, as a JSON object, "
+                "e.g. '{\"continuous\": true}'"})
     # --- sampling ---
     workers: int = field(default_factory=default_workers, metadata={"help": "rollout worker processes"})
     envs_per_worker: int = field(default=0, metadata={
@@ -164,9 +180,15 @@ class Config:
             self.envs_per_worker = auto_envs_per_worker(self)
         return self
 
+    @property
+    def env_kwargs_dict(self) -> dict[str, Any]:
+        """--env-kwargs parsed (ConfigError if it is not a JSON object)."""
+        return parse_env_kwargs(self.env_kwargs)
+
     def validate(self) -> None:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
+        parse_env_kwargs(self.env_kwargs)
         if self.deterministic:
             for name in LOCKSTEP_ONES:
                 if getattr(self, name) != 1:
@@ -327,7 +349,7 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
-        base = {**args, **preset_for(args["env"])}
+        base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]))}
     merged = {**base, **explicit}
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
@@ -376,6 +398,8 @@ def check_settings(values: dict[Any, Any], where: str) -> dict[str, Any]:
             hint = f" (did you mean {close[0]}?)" if close else " (keys are asyncrl-train's flags, e.g. batch_size)"
             raise ConfigError(f"{where}: unknown setting {key!r}{hint}")
         kind = type(getattr(defaults, name))
+        if name == "env_kwargs" and isinstance(value, dict):  # a mapping in a config file or asyncrl.train()
+            value = json.dumps(value)
         out[name] = _typed(value, kind, f"{where}: {key}")
     return out
 

@@ -45,7 +45,13 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
                     "applied_inside_model": True})
     if image:
         pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True})
-    if spec.discrete:
+    if spec.multi_discrete:
+        action = {"type": "multi_discrete", "nvec": list(spec.nvec),
+                  "start": [int(v) for v in spec.action_space.start]}
+        output = {"name": "logits", "shape": ["N", spec.num_actions],
+                  "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
+                             "the greedy action is the argmax within each component, plus start"}
+    elif spec.discrete:
         action = {"type": "discrete", "n": spec.num_actions}
         output = {"name": "logits", "shape": ["N", spec.num_actions],
                   "meaning": "unnormalised log-probabilities of each action; argmax is the greedy action, "
@@ -91,7 +97,8 @@ def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still loadable
                 torch.jit.save(torch.jit.trace(policy, example), out)
         else:
-            _export_onnx(policy, example, out, "logits" if run.spec.discrete else "action_mean")
+            _export_onnx(policy, example, out, "logits" if run.spec.discrete or run.spec.multi_discrete
+                         else "action_mean")
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, paths["safetensors"],

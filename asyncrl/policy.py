@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic
+from asyncrl.models.actor_critic import ActorCritic, MultiCategorical
 
 OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
 NORM_EPS = 1e-8
@@ -44,7 +44,7 @@ class PolicyHead(nn.Module):
         # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
         self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
         self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
-        if not model.discrete:
+        if not (model.discrete or model.nvec):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -80,7 +80,7 @@ def load_run_policy(run_dir: str, device: str = "cpu") -> LoadedRun:
     try:
         config = json.loads(state["config"])
         cfg = Config.from_dict(config)
-        spec = make_env_spec(state.get("env", cfg.env))
+        spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict)
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
     except EnvError as exc:
@@ -110,8 +110,10 @@ class Policy(nn.Module):
         self.sample = sample
         self.checkpoint, self.version, self.config = run.checkpoint, run.version, run.config
         self.obs_shape = tuple(run.spec.obs_shape)
+        if run.spec.channels_last:  # takes the env's (H, W, C) images, as gymnasium returns them
+            self.obs_shape = (*self.obs_shape[1:], self.obs_shape[0])
         self.obs_dtype = np.dtype(run.spec.obs_dtype)
-        if not run.spec.discrete:
+        if not (run.spec.discrete or run.spec.multi_discrete):
             box = run.spec.action_space
             self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)))
             self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)))
@@ -136,7 +138,8 @@ class Policy(nn.Module):
         if not single and tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
                              f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
-        out = self.head(x.unsqueeze(0) if single else x)
+        x = x.unsqueeze(0) if single else x
+        out = self.head(x.permute(0, 3, 1, 2) if self.spec.channels_last else x)
         actions = self._sample(out) if (self.sample if sample is None else sample) else self._greedy(out)
         if single:
             actions = actions[0]
@@ -148,11 +151,15 @@ class Policy(nn.Module):
     def _greedy(self, out: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return out.argmax(-1)
+        if self.spec.multi_discrete:  # the most likely choice of each component
+            return MultiCategorical(out, self.spec.nvec).mode
         return torch.clamp(out, self.action_low, self.action_high)
 
     def _sample(self, out: torch.Tensor) -> torch.Tensor:
         if self.discrete:
             return torch.distributions.Categorical(logits=out).sample()
+        if self.spec.multi_discrete:
+            return MultiCategorical(out, self.spec.nvec).sample()
         noisy = out + self.head.log_std.exp() * torch.randn_like(out)
         return torch.clamp(noisy, self.action_low, self.action_high)
 

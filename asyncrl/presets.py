@@ -1,6 +1,8 @@
 """Per-family defaults: the Config defaults are tuned for Atari; low-dimensional control gets its own.
 
-A preset only fills in what the user did not set on the command line.
+A preset only fills in what the user did not set on the command line. It is chosen from the env's spaces, not
+its name (except `atari_` and `doom_` names, known without making an env): image-like observations (uint8,
+3-D) get the Atari preset, gymnasium's MuJoCo tasks the `mujoco` preset, any other env the `vector` preset.
 """
 
 from __future__ import annotations
@@ -19,14 +21,37 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lr": 1e-3, "lr_schedule": "auto",
         "value_coeff": 0.05, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.98, "vtrace_c": 0.8,
     },
+    # gymnasium's MuJoCo locomotion tasks (HalfCheetah, Hopper, Walker2d, Ant, Humanoid): PPO's continuous-control
+    # settings (normalised observations, long rollouts, 10 epochs of 256-sample minibatches, no entropy bonus).
+    "mujoco": {
+        "workers": 2, "envs_per_worker": 0, "rollout": 64, "batch_size": 2048, "epochs": 10, "minibatches": 8,
+        "lr": 3e-4, "lr_schedule": "auto", "normalize_obs": True,
+        "value_coeff": 0.5, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.99, "vtrace_c": 0.95,
+        "clip_ratio": 0.2,
+    },
 }
 
 
-def preset_name(env: str) -> str:
+def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
+    """The preset for env `env`: by name for atari_/doom_/null, otherwise from its spaces (one env made and
+    closed; an env that cannot be made gets `vector` here and reports its error when the run starts)."""
     if env.startswith("atari_"):
         return "atari"
-    return "doom" if env.startswith("doom_") else "vector"
+    if env.startswith("doom_"):
+        return "doom"
+    if env == "null":
+        return "vector"
+    from asyncrl.envs.registry import is_mujoco, make_env_spec
+
+    if is_mujoco(env):
+        return "mujoco"
+    try:
+        spec = make_env_spec(env, env_kwargs)
+    except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
+        return "vector"
+    image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"
+    return "atari" if image else "vector"
 
 
-def preset_for(env: str) -> dict[str, Any]:
-    return dict(PRESETS[preset_name(env)])
+def preset_for(env: str, env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return dict(PRESETS[preset_name(env, env_kwargs)])

@@ -45,3 +45,46 @@ def make_dict_obs_env() -> gym.Env:
 
 def make_not_an_env() -> object:
     return object()
+
+
+class TwoChoiceBandit(gym.Env):
+    """Two independent choices per step (MultiDiscrete [3, 4], the first starting at 1): reward 1 for choosing 3 in
+    the first and 1 for choosing 2 in the second; episodes of 8 steps (a random policy earns about 4.7)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = gym.spaces.MultiDiscrete([3, 4], start=[1, 0])
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.ndarray):
+        assert action in self.action_space, action
+        self.t += 1
+        return np.zeros(2, np.float32), float(action[0] == 3) + float(action[1] == 2), False, self.t >= 8, {}
+
+
+class ChannelsLastImages(gym.Env):
+    """(H, W, C) uint8 frames whose pixel (y, x, c) is y + 2x + 50c + t, t the step; reward 0; episodes of 3 steps."""
+
+    def __init__(self, channels: int = 3, size: int = 40) -> None:
+        self.observation_space = gym.spaces.Box(0, 255, shape=(size, size + 4, channels), dtype=np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        y, x, c = np.indices(self.observation_space.shape)
+        return ((y + 2 * x + 50 * c + self.t) % 256).astype(np.uint8)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int):
+        self.t += 1
+        return self._obs(), 0.0, False, self.t >= 3, {}

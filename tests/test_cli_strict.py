@@ -25,10 +25,12 @@ def test_help_shows_default_and_preset_value() -> None:
                             env={**os.environ, "COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # argparse wraps to the terminal width
-    assert "--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001)" in text
+    assert "--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001; mujoco preset: 0.0003)" in text
     assert "--gamma GAMMA discount factor (default: 0.99; vector preset: 0.98)" in text
-    assert "--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0)" in text
-    assert "--clip-ratio CLIP_RATIO PPO clip epsilon (default: 0.1) " in text  # no preset changes it
+    assert ("--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0; mujoco preset: "
+            "0.0)") in text
+    assert "--clip-ratio CLIP_RATIO PPO clip epsilon (default: 0.1; mujoco preset: 0.2)" in text
+    assert "--adam-eps ADAM_EPS Adam epsilon (default: 1e-05) " in text  # no preset changes it
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", ".", "   ", ""])

@@ -25,6 +25,8 @@ JOIN_SLACK_S = 120.0
 def _random_actions(spec, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     if spec.discrete:
         return [rng.integers(0, spec.num_actions, n) for _ in range(ACTION_POOL)]
+    if spec.multi_discrete:
+        return [rng.integers(0, spec.nvec, (n, len(spec.nvec))) for _ in range(ACTION_POOL)]
     low, high = spec.action_space.low, spec.action_space.high
     return [rng.uniform(low, high, (n, *spec.action_shape)).astype(np.float32) for _ in range(ACTION_POOL)]
 

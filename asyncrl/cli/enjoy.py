@@ -56,7 +56,7 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
         with torch.no_grad():
             policy_out, _ = model(torch.from_numpy(obs).to(device))
             dist = model.distribution(policy_out)
-            act = (policy_out.argmax(-1) if spec.discrete else policy_out) if args.greedy else dist.sample()
+            act = dist.mode if args.greedy else dist.sample()  # greedy: argmax (per component), or the mean
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
         if recording:
@@ -121,7 +121,8 @@ def load(args: argparse.Namespace):
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
-    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None)
+    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
+                       env_kwargs=cfg.env_kwargs_dict)
     model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
     try:
         model.load_state_dict(state["learner"]["model"])

@@ -34,7 +34,8 @@ def verdict_changed(last_printed: str | None, current: str | None) -> bool:
 class RunMonitor:
     def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
         self.cfg, self.out = cfg, out
-        self.thresholds = Thresholds(entropy_floor=entropy_floor(spec.discrete, spec.num_actions))
+        categorical = spec.discrete or spec.multi_discrete
+        self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions))
         self.processes = ProcessSampler()
         psutil.cpu_percent(None)  # start the machine-wide CPU clock
         self.gpu = GpuSampler(enabled=cfg.device != "cpu")

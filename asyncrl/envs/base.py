@@ -29,12 +29,23 @@ class EnvSpec:
     name: str
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
-    action_space: gym.spaces.Space  # Discrete or 1-D Box
+    action_space: gym.spaces.Space  # Discrete, 1-D MultiDiscrete or 1-D Box
     frameskip: int  # emulator frames per agent step (1 for non-Atari envs)
+    channels_last: bool = False  # the env returns (H, W, C) images; obs_shape is (C, H, W), the backend transposes
 
     @property
     def discrete(self) -> bool:
         return isinstance(self.action_space, gym.spaces.Discrete)
+
+    @property
+    def multi_discrete(self) -> bool:
+        """Several independent discrete choices per step (a 1-D MultiDiscrete space)."""
+        return isinstance(self.action_space, gym.spaces.MultiDiscrete)
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        """The choices of each MultiDiscrete component; () for other action spaces."""
+        return tuple(int(n) for n in self.action_space.nvec) if self.multi_discrete else ()
 
     @property
     def action_shape(self) -> tuple[int, ...]:
@@ -42,12 +53,14 @@ class EnvSpec:
 
     @property
     def action_dtype(self) -> np.dtype:
-        return np.dtype(np.int64) if self.discrete else np.dtype(np.float32)
+        return np.dtype(np.int64) if self.discrete or self.multi_discrete else np.dtype(np.float32)
 
     @property
     def num_actions(self) -> int:
-        """Logits for discrete spaces; action dimensions for Box spaces."""
-        return int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+        """Logits for discrete spaces (all components' for MultiDiscrete); action dimensions for Box spaces."""
+        if self.discrete:
+            return int(self.action_space.n)
+        return sum(self.nvec) if self.multi_discrete else int(np.prod(self.action_space.shape))
 
 
 @dataclass

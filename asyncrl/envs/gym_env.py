@@ -14,19 +14,30 @@ import numpy as np
 
 from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, VecEnv
 
-SUPPORTED = "asyncrl supports Box observation spaces and Discrete or 1-D Box action spaces"
+SUPPORTED = ("asyncrl supports Box observation spaces and Discrete, 1-D MultiDiscrete or 1-D Box action spaces "
+             "- see docs/custom-envs.md")
+IMAGE_CHANNELS = (1, 3, 4)
 
 
 def gym_env_spec(name: str, env: gym.Env) -> EnvSpec:
-    """Check `env`'s spaces and describe it; raises EnvError for unsupported spaces."""
+    """Check `env`'s spaces and describe it; raises EnvError for unsupported spaces.
+
+    A 3-D observation whose last axis is 1, 3 or 4 and whose first is not is taken as a channels-last image:
+    the spec says (C, H, W) and the backend transposes each observation once.
+    """
     obs_space, act_space = env.observation_space, env.action_space
     if not isinstance(obs_space, gym.spaces.Box):
         raise EnvError(f"env {name!r} has a {type(obs_space).__name__} observation space; {SUPPORTED}")
     box_action = isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1
-    if not (isinstance(act_space, gym.spaces.Discrete) or box_action):
-        raise EnvError(f"env {name!r} has a {act_space} action space; {SUPPORTED}")
+    multi_action = isinstance(act_space, gym.spaces.MultiDiscrete) and len(act_space.shape) == 1
+    if not (isinstance(act_space, gym.spaces.Discrete) or box_action or multi_action):
+        raise EnvError(f"env {name!r} has a {' '.join(str(act_space).split())} action space; {SUPPORTED}")
     dtype = np.dtype(np.float32) if np.issubdtype(obs_space.dtype, np.floating) else np.dtype(obs_space.dtype)
-    return EnvSpec(name, tuple(obs_space.shape), dtype, act_space, frameskip=1)
+    shape = tuple(obs_space.shape)
+    channels_last = len(shape) == 3 and shape[2] in IMAGE_CHANNELS and shape[0] not in IMAGE_CHANNELS
+    if channels_last:
+        shape = (shape[2], shape[0], shape[1])
+    return EnvSpec(name, shape, dtype, act_space, frameskip=1, channels_last=channels_last)
 
 
 class GymVecEnv(VecEnv):
@@ -46,8 +57,11 @@ class GymVecEnv(VecEnv):
             raise
         self.envs = [first] + [factory() for _ in range(num_envs - 1)]
         space = self.spec.action_space
+        self._to_chw = self.spec.channels_last
         if self.spec.discrete:
             self._start = int(space.start)
+        elif self.spec.multi_discrete:
+            self._multi_start = np.asarray(space.start, dtype=space.dtype)
         else:
             self._low, self._high = space.low, space.high
         self._ret = np.zeros(num_envs, dtype=np.float64)
@@ -57,9 +71,10 @@ class GymVecEnv(VecEnv):
         self._seed = seed
         for i, env in enumerate(self.envs):
             try:
-                obs_out[i], _ = env.reset(seed=seed + i)
+                obs, _ = env.reset(seed=seed + i)
             except Exception as exc:
-                obs_out[i] = self._replace(i, "reset", exc)
+                obs = self._replace(i, "reset", exc)
+            obs_out[i] = self._chw(obs)
         self._ret[:] = 0.0
         self._len[:] = 0
 
@@ -69,6 +84,8 @@ class GymVecEnv(VecEnv):
     ) -> list[EpisodeStats]:
         if self.spec.discrete:
             acts = [int(a) + self._start for a in actions]
+        elif self.spec.multi_discrete:
+            acts = list(actions.astype(self._multi_start.dtype) + self._multi_start)
         else:
             acts = list(np.clip(actions, self._low, self._high).astype(self.spec.action_space.dtype))
         stats: list[EpisodeStats] = []
@@ -81,7 +98,7 @@ class GymVecEnv(VecEnv):
                 # there and leaves it out of the loss, so it needs no episode-end flag of its own.
                 reward_out[i] = 0.0
                 terminated_out[i] = truncated_out[i] = False
-                obs_out[i] = self._replace(i, "step", exc)
+                obs_out[i] = self._chw(self._replace(i, "step", exc))
                 continue
             reward_out[i] = reward
             self._ret[i] += reward
@@ -94,13 +111,17 @@ class GymVecEnv(VecEnv):
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 if cut:
-                    final_obs_out[i] = obs
+                    final_obs_out[i] = self._chw(obs)
                 try:
                     obs, _ = env.reset()
                 except Exception as exc:
                     obs = self._replace(i, "reset", exc)
-            obs_out[i] = obs
+            obs_out[i] = self._chw(obs)
         return stats
+
+    def _chw(self, obs: np.ndarray) -> np.ndarray:
+        """A channels-last image as (C, H, W) (a view: the copy is the write into the slot); else as is."""
+        return np.moveaxis(obs, 2, 0) if self._to_chw else obs
 
     def _replace(self, i: int, where: str, exc: Exception) -> np.ndarray:
         """Close env i, make and reset a fresh instance in its place, record the fault; its first observation."""

@@ -1,4 +1,5 @@
-"""The actor-critic: an encoder, a policy head (categorical or diagonal Gaussian) and a value head."""
+"""The actor-critic: an encoder, a policy head (categorical, product of categoricals, or diagonal Gaussian) and a
+value head."""
 
 from __future__ import annotations
 
@@ -12,6 +13,56 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 from asyncrl.algo.normalizers import RunningMeanStd
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.encoders import MLP, NatureCNN
+
+PAD_LOGIT = -1e9
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals over the components of a MultiDiscrete action, from one flat logit vector.
+
+    The logits [N, sum(nvec)] are laid out into a padded [N, k, max(nvec)] block, so every operation is one
+    vectorised call over all components: log-probs and entropies are sums over components. The padding is a
+    large finite negative logit (probability 0), not -inf, which would make 0 * -inf = NaN in the gradients.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]):
+        index, mask = _component_layout(nvec, logits.device)
+        padded = logits[..., index].masked_fill(~mask, PAD_LOGIT)
+        self.mask = mask
+        self.log_probs = torch.log_softmax(padded, dim=-1)  # [N, k, m]
+        super().__init__(batch_shape=logits.shape[:-1], validate_args=False)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """actions [N, k] (component indices) -> [N]."""
+        return self.log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        plogp = torch.where(self.mask, self.log_probs.exp() * self.log_probs, torch.zeros((), device=self.mask.device))
+        return -plogp.sum((-2, -1))
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:  # noqa: B008 - torch's signature
+        return gumbel_argmax(self.log_probs)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.log_probs.argmax(-1)
+
+
+def _component_layout(nvec: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each component j and choice p < nvec[j]: the flat logit index (0 on padding) and a validity mask."""
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    choices = np.arange(max(nvec))
+    mask = choices[None, :] < np.asarray(nvec)[:, None]
+    index = np.where(mask, offsets[:, None] + choices[None, :], 0)
+    return torch.as_tensor(index, device=device), torch.as_tensor(mask, device=device)
+
+
+def gumbel_argmax(logp: torch.Tensor) -> torch.Tensor:
+    """One sample per row of log-probabilities [..., n] (Gumbel-max: argmax of logp - log(Exp(1)))."""
+    noise = torch.empty_like(logp).exponential_().log_()
+    return (logp - noise).argmax(dim=-1)
 
 
 def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -27,6 +78,7 @@ class ActorCritic(nn.Module):
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
         super().__init__()
         self.discrete = spec.discrete
+        self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
         image = len(spec.obs_shape) == 3
         if image:
             self.encoder: nn.Module = NatureCNN(*spec.obs_shape)
@@ -37,7 +89,7 @@ class ActorCritic(nn.Module):
         width = self.encoder.out_features
         self.policy_head = _init_linear(nn.Linear(width, spec.num_actions), 0.01)
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
-        if not self.discrete:
+        if not (self.discrete or self.nvec):
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.obs_normalizer = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
@@ -69,6 +121,8 @@ class ActorCritic(nn.Module):
     def distribution(self, policy_out: torch.Tensor) -> Distribution:
         if self.discrete:
             return Categorical(logits=policy_out)
+        if self.nvec:
+            return MultiCategorical(policy_out, self.nvec)
         return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
 
     @torch.inference_mode()
@@ -76,14 +130,18 @@ class ActorCritic(nn.Module):
         """Sample actions for inference: (actions, log-probs).
 
         The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max
-        sampling for categorical heads, reparameterised noise for Gaussian ones.
+        sampling for categorical heads (all MultiDiscrete components at once), reparameterised noise for Gaussian
+        ones.
         """
         out = self.policy_head(self._encode(self.encoder, self._normalized(obs)))  # acting needs no value
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
-            noise = torch.empty_like(logp_all).exponential_().log_()
-            actions = (logp_all - noise).argmax(dim=-1)
+            actions = gumbel_argmax(logp_all)
             return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if self.nvec:
+            dist = MultiCategorical(out, self.nvec)
+            actions = dist.sample()
+            return actions, dist.log_prob(actions)
         std = self.log_std.exp()
         eps = torch.randn_like(out)
         actions = out + std * eps

@@ -109,7 +109,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     """(return, length) of the first episode of each of `n` fresh envs, and env 0's frames when `record`."""
     import torch
 
-    env, render = _make_env(cfg.env, n, record)
+    env, render = _make_env(cfg, n, record)
     obs = np.zeros((n, *spec.obs_shape), dtype=spec.obs_dtype)
     reward, done = np.zeros(n, np.float32), np.zeros(n, np.bool_)
     actions = np.zeros((n, *spec.action_shape), dtype=spec.action_dtype)
@@ -156,22 +156,17 @@ def _stepper(env: VecEnv, obs: np.ndarray) -> Callable[[np.ndarray, np.ndarray, 
     return step
 
 
-def _make_env(name: str, n: int, record: bool) -> tuple[VecEnv, Callable[[], np.ndarray | None] | None]:
-    """Eval-mode envs, and a colour frame source for env 0 when a video is wanted and the env can render one."""
+def _make_env(cfg: Config, n: int, record: bool) -> tuple[VecEnv, Callable[[], np.ndarray | None] | None]:
+    """Eval-mode envs (made with the run's --env-kwargs), and a colour frame source for env 0 when a video is
+    wanted and the env can render one (gymnasium ids; others are drawn from their observations)."""
+    from asyncrl.envs.gym_env import GymVecEnv
     from asyncrl.envs.registry import make_vec_env
 
-    if record and not name.startswith("atari_") and name != "null" and ":" not in name:
-        import gymnasium as gym
-
-        from asyncrl.envs.gym_env import GymVecEnv
-
-        try:
-            env = GymVecEnv(name, lambda: gym.make(name, render_mode="rgb_array"), n)
-        except (gym.error.Error, TypeError, ValueError):
-            env = None
-        if env is not None:
-            return env, _Renderer(env.envs[0])
-    return make_vec_env(name, n, training=False), None
+    env = make_vec_env(cfg.env, n, training=False, render_mode="rgb_array" if record else None,
+                       env_kwargs=cfg.env_kwargs_dict)
+    if record and isinstance(env, GymVecEnv):
+        return env, _Renderer(env.envs[0])
+    return env, None
 
 
 class _Renderer:
