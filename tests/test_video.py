@@ -80,14 +80,15 @@ def test_atari_screens_stay_in_step_with_the_played_env() -> None:
     env = make_vec_env("atari_pong", 1, training=False)
     screens = screens_for(env, "atari_pong")
     obs = np.zeros((1, *env.spec.obs_shape), np.uint8)
-    reward, done = np.zeros(1, np.float32), np.zeros(1, bool)
+    reward, terminated, truncated = np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool)
+    final_obs = np.zeros_like(obs)
     env.reset(seed=7, obs_out=obs)
     screens.reset(7)
     rng = np.random.default_rng(0)
     try:
         for _ in range(300):
             actions = rng.integers(0, env.spec.num_actions, size=1)
-            env.step(actions, obs, reward, done)
+            env.step(actions, obs, reward, terminated, truncated, final_obs)
             screens.step(actions)
             grey = screens.frame(obs[0]).astype(np.float64) @ [0.299, 0.587, 0.114]  # 210x160
             small = _area_resize(grey, 84, 84)
