@@ -262,7 +262,7 @@ def _point_checkpoint_hints_at(leader_dir: str) -> None:
     """A rank > 0 keeps no checkpoints: its error lines point at rank 0's."""
     from asyncrl.runtime import supervisor
 
-    supervisor.Supervisor.checkpoint_hint = lambda _self: _checkpoint_hint(leader_dir)
+    supervisor.Supervisor.checkpoint_hint = lambda _self, final=None: _checkpoint_hint(leader_dir)
 
 
 def _checkpoint_hint(leader_dir: str) -> str:
