@@ -41,6 +41,9 @@ class ConfigError(ValueError):
 
 LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
 RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
+# True once the APPO learner applies --normalize-returns and --value-transform (asyncrl/algo/return_norm.py,
+# value_transform.py); until then validate() refuses them rather than train without them.
+VALUE_SCALING_IN_LEARNER = False
 
 
 def check_experiment_name(name: str) -> None:
@@ -244,6 +247,9 @@ class Config:
             raise ConfigError(f"--lr-reference-batch must be at least 1 (got {self.lr_reference_batch})")
         if self.value_transform not in ("none", "symlog"):
             raise ConfigError(f"--value-transform must be none or symlog (got {self.value_transform!r})")
+        if not VALUE_SCALING_IN_LEARNER and (self.normalize_returns or self.value_transform != "none"):
+            raise ConfigError("--normalize-returns and --value-transform are not applied by this version's learner "
+                              "yet; leave them out")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

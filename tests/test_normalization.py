@@ -12,12 +12,13 @@ import pytest
 import torch
 from torch import nn
 
+from asyncrl import config
 from asyncrl.algo.appo import APPOHyperparams, appo_loss
 from asyncrl.algo.moment_sync import MomentSync, moment_modules
 from asyncrl.algo.normalizers import RunningMeanStd, symexp, symlog
 from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
-from asyncrl.config import parse_command_line
+from asyncrl.config import ConfigError, parse_command_line
 
 SIZES = ((50, 7), (3, 120))  # samples per rank in each of two rounds: unequal, so averaging is wrong
 
@@ -210,9 +211,15 @@ def test_symlog_values_are_consistent_with_vtrace_on_a_toy_chain() -> None:
     assert float(plain["value_loss"]) > 1.0
 
 
-def test_config_fields_for_the_learner() -> None:
-    cfg = parse_command_line(["--env", "CartPole-v1", "--normalize-returns", "--value-transform", "symlog"]).config
-    cfg.validate()
+def test_config_fields_for_the_learner(monkeypatch: pytest.MonkeyPatch) -> None:
+    words = ["--env", "CartPole-v1", "--normalize-returns", "--value-transform", "symlog"]
+    cfg = parse_command_line(words).config
     assert cfg.normalize_returns and cfg.value_transform == "symlog"
     default = parse_command_line(["--env", "CartPole-v1"]).config
     assert not default.normalize_returns and default.value_transform == "none"
+    default.validate()
+    if not config.VALUE_SCALING_IN_LEARNER:  # refused, not silently ignored, until the learner applies them
+        with pytest.raises(ConfigError, match="not applied by this version's learner"):
+            cfg.validate()
+    monkeypatch.setattr(config, "VALUE_SCALING_IN_LEARNER", True)
+    cfg.validate()
