@@ -154,7 +154,7 @@ def test_return_normalizer_scale_is_the_rms_of_the_raw_targets() -> None:
     assert norm.scale == 1.0
     targets = torch.tensor([[1.0, 2.0], [3.0, 50.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    norm.update(targets, scale=10.0, mask=mask)  # raw targets: 10, 20, 30 (the masked one left out)
+    norm.observer(10.0)(targets, mask)  # raw targets: 10, 20, 30 (the masked one left out)
     assert norm.scale == pytest.approx(float(np.sqrt((100 + 400 + 900) / 3)), rel=1e-4)
     flat = ReturnNormalizer()
     flat.update(torch.full((100,), 100.0), scale=1.0)  # constant returns: std 0, RMS 100

@@ -19,6 +19,8 @@ the head follow without PopArt's weight correction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -54,3 +56,7 @@ class ReturnNormalizer(nn.Module):
         if mask is not None:
             raw = raw[mask.bool()]
         self.moments.update(raw.reshape(-1))
+
+    def observer(self, scale: float) -> Callable[[torch.Tensor, torch.Tensor], None]:
+        """The `on_targets(v_s, mask)` callback for `appo_loss` that folds targets computed at `scale` in."""
+        return lambda targets, mask: self.update(targets, scale, mask)
