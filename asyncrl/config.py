@@ -54,6 +54,9 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
 
 LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
 RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
+# The APPO learner applies --normalize-returns and --value-transform (asyncrl/algo/return_norm.py,
+# value_transform.py); validate() refuses them where a learner does not.
+VALUE_SCALING_IN_LEARNER = True
 
 
 def check_experiment_name(name: str) -> None:
@@ -90,6 +93,18 @@ class Config:
     epochs: int = field(default=3, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
+    lr_scaling: str = field(default="none", metadata={
+        "help": "none, sqrt or linear: use --lr x sqrt(k) or --lr x k as the learning rate, k = global batch "
+                "(--batch-size x ranks) / --lr-reference-batch"})
+    lr_reference_batch: int = field(default=1024, metadata={
+        "help": "the global batch at which --lr-scaling leaves --lr unchanged"})
+    lr_base: float = field(default=0.0, metadata={
+        "help": "with --lr-scaling: the rate it scales, recorded in config.json so --resume does not scale twice "
+                "(0: --lr; a given --lr resets it)", "cli": False})
+    scale: str = field(default="", metadata={
+        "help": "small, medium or large: the scaling guide's PPO settings for 64 / 4,096 / 65,536 envs (lr, rollout, "
+                "minibatches, epochs, gamma, vtrace-c, workers x envs per worker, batch = envs x rollout); given "
+                "flags win over it, it wins over the env's preset"})
     lr_schedule: str = field(default="constant", metadata={
         "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
                 "or auto (linear when --frames is set)"})
@@ -106,6 +121,11 @@ class Config:
         "help": "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)"})
     normalize_advantages: bool = field(default=True, metadata={"help": "normalise advantages per minibatch"})
     normalize_obs: bool = field(default=False, metadata={"help": "running mean/std observation normalisation"})
+    normalize_returns: bool = field(default=False, metadata={
+        "help": "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
+                "so value targets are of order 1"})
+    value_transform: str = field(default="none", metadata={
+        "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
     max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
     train: bool = field(default=True, metadata={"help": "learn; --no-train only samples (throughput benchmarks)"})
@@ -173,7 +193,20 @@ class Config:
         return self.batch_size // (self.rollout * self.envs_per_split)
 
     def resolve(self) -> Config:
-        """Fill in automatic settings (in place) and return self."""
+        """Fill in automatic settings (in place) and return self.
+
+        With --lr-scaling the learning rate is `lr_base` (0: the current lr) scaled by the global batch, and
+        `lr_base` keeps the base, so resolving a resolved config, or a resumed run's, scales nothing twice.
+        Without, lr_base is 0 (and a base recorded by a scaled run becomes the lr again).
+        """
+        from asyncrl.scaling import LR_RULES, lr_factor, world_size
+
+        base = self.lr_base if self.lr_base > 0 else self.lr
+        if self.lr_scaling == "none":
+            self.lr, self.lr_base = base, 0.0
+        elif self.lr_scaling in LR_RULES and self.lr_reference_batch > 0:
+            self.lr_base = base
+            self.lr = base * lr_factor(self.lr_scaling, self.batch_size * world_size(), self.lr_reference_batch)
         if self.lr_schedule == "auto":
             self.lr_schedule = "linear" if self.frames else "constant"
         if self.envs_per_worker == 0:
@@ -237,6 +270,7 @@ class Config:
         if self.lr_schedule == "linear" and not self.frames:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
         self._validate_around_run()
+        self._validate_scaling()
 
     def _validate_around_run(self) -> None:
         """Evaluation, eval videos and W&B: flag values and the optional packages they need."""
@@ -252,6 +286,21 @@ class Config:
             raise ConfigError("--eval-video needs imageio, imageio-ffmpeg and pillow: pip install 'asyncrl[video]'")
         if self.wandb and importlib.util.find_spec("wandb") is None:
             raise ConfigError("--wandb needs the wandb package: pip install 'asyncrl[wandb]'")
+
+    def _validate_scaling(self) -> None:
+        from asyncrl.scaling import LR_RULES, SCALES
+
+        if self.scale and self.scale not in SCALES:
+            raise ConfigError(f"--scale must be small, medium or large (got {self.scale!r})")
+        if self.lr_scaling not in LR_RULES:
+            raise ConfigError(f"--lr-scaling must be none, sqrt or linear (got {self.lr_scaling!r})")
+        if self.lr_reference_batch < 1:
+            raise ConfigError(f"--lr-reference-batch must be at least 1 (got {self.lr_reference_batch})")
+        if self.value_transform not in ("none", "symlog"):
+            raise ConfigError(f"--value-transform must be none or symlog (got {self.value_transform!r})")
+        if not VALUE_SCALING_IN_LEARNER and (self.normalize_returns or self.value_transform != "none"):
+            raise ConfigError("--normalize-returns and --value-transform are not applied by this version's learner "
+                              "yet; leave them out")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -286,6 +335,8 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
                         help="print the resolved configuration as JSON and exit (nothing is created)")
     defaults = Config()
     for f in dataclasses.fields(Config):
+        if not f.metadata.get("cli", True):
+            continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
@@ -341,7 +392,10 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     from asyncrl.presets import preset_for
 
     if config_file is not None:
-        explicit = {**read_config_file(config_file), **explicit}
+        from_file = read_config_file(config_file)
+        if "lr" in explicit:  # a given --lr is a new base rate, whatever the file recorded
+            from_file.pop("lr_base", None)
+        explicit = {**from_file, **explicit}
     if "experiment" in explicit:
         check_experiment_name(explicit["experiment"])
     args = {**dataclasses.asdict(Config()), **explicit}
@@ -350,10 +404,48 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
         base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]))}
+    scale = explicit.get("scale", base.get("scale", ""))
+    if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
+        base.update(scaled(scale, {**base, **explicit}, explicit))
     merged = {**base, **explicit}
+    if "lr" in explicit and "lr_base" not in explicit:
+        merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     return Config(**merged).resolve()
+
+
+def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+    """The `--scale` preset's settings for this machine (asyncrl.scaling.scale_settings); an unknown scale is left
+    to validate()."""
+    from asyncrl.scaling import SCALES, scale_settings, world_size
+
+    if scale not in SCALES:
+        return {"scale": scale}
+    given = {k: explicit[k] for k in ("workers", "envs_per_worker", "rollout", "worker_splits") if k in explicit}
+    return {**scale_settings(scale, given, cores=os.cpu_count() or 1, world=world_size(),
+                             fits=_trajectories_fit(settings)), "scale": scale}
+
+
+def _trajectories_fit(settings: dict[str, Any]) -> Any:
+    """fits(workers, envs_per_worker, rollout, splits): the trajectory buffer within 80% of free RAM (as the runner
+    checks); always True when the env cannot be described here (the runner reports that)."""
+    try:
+        from asyncrl.envs.registry import make_env_spec
+        from asyncrl.runtime.supervisor import available_memory
+        from asyncrl.runtime.trajectories import trajectory_bytes
+
+        spec = make_env_spec(settings["env"])
+        available = available_memory()
+    except Exception:  # a bad env name: the runner says so with its own one-line error
+        return lambda workers, envs, rollout, splits: True
+
+    def fits(workers: int, envs: int, rollout: int, splits: int) -> bool:
+        cfg = Config(workers=workers, envs_per_worker=envs, rollout=rollout, worker_splits=splits,
+                     batch_size=workers * envs * rollout)
+        return trajectory_bytes(cfg, spec) <= 0.8 * available
+
+    return fits
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -444,8 +536,9 @@ def resume_changes(cfg: Config) -> list[str]:
         return []
     saved = read_saved_config({"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}) or {}
     now = dataclasses.asdict(cfg)
+    internal = {f.name for f in dataclasses.fields(Config) if not f.metadata.get("cli", True)}  # e.g. lr_base
     return [f"{k}: {saved[k]} -> {now[k]}" for k in now
-            if k in saved and k not in RESUME_KEEPS_GIVEN and saved[k] != now[k]]
+            if k in saved and k not in RESUME_KEEPS_GIVEN and k not in internal and saved[k] != now[k]]
 
 
 def _given(name: str, words: list[str]) -> bool:

@@ -91,6 +91,8 @@ def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]
     from asyncrl.runtime.runner import Runner
 
     runner = Runner(cfg)
+    for line in scaling_lines(cfg):
+        out(line, flush=True)
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
         f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
     return runner.run(), runner.stop_reason
@@ -100,6 +102,21 @@ def validate(cfg: Config) -> None:
     """Every check of the settings that needs nothing started: the config's own, and that `--algo` is a learner."""
     cfg.validate()
     check_algo(cfg.algo)
+
+
+def scaling_lines(cfg: Config) -> list[str]:
+    """With --scale or --lr-scaling: the env count the machine hosts (when short of the preset's) and the
+    effective batch, global batch and learning rate with the rule that produced it."""
+    from asyncrl.scaling import scale_note, scaling_line, world_size
+
+    if not cfg.scale and cfg.lr_scaling == "none":
+        return []
+    world = world_size()
+    note = scale_note(cfg.scale, cfg.workers, cfg.envs_per_worker, world)
+    line = scaling_line(envs=cfg.workers * cfg.envs_per_worker * world, rollout=cfg.rollout, epochs=cfg.epochs,
+                        batch_size=cfg.batch_size, world=world, rule=cfg.lr_scaling,
+                        reference=cfg.lr_reference_batch, lr_base=cfg.lr_base, lr=cfg.lr)
+    return [note, line] if note else [line]
 
 
 def require_cuda() -> None:

@@ -62,7 +62,7 @@ def _field_name(key: str) -> str:
 
 def _flags(values: dict[str, Any], where: str) -> dict[str, Any]:
     """Keys normalised to Config field names; unknown or reserved ones are errors."""
-    known = {f.name for f in dataclasses.fields(Config)}
+    known = {f.name for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}  # flags only: no lr_base
     out = {}
     for key, value in values.items():
         name = _field_name(str(key))

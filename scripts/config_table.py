@@ -24,7 +24,7 @@ SPECIAL_DEFAULTS = {"workers": "2 x CPU cores", "envs_per_worker": "0 (auto)"}
 def sections() -> list[tuple[str, list[dataclasses.Field]]]:
     """Fields grouped by the `# --- name ---` comments in Config's source, in declaration order."""
     source = inspect.getsource(Config)
-    fields = {f.name: f for f in dataclasses.fields(Config)}
+    fields = {f.name: f for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}
     groups: list[tuple[str, list[dataclasses.Field]]] = [("general", [])]
     for line in source.splitlines():
         heading = re.match(r"\s*# --- (.+) ---", line)

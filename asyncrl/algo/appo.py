@@ -5,6 +5,7 @@ Pure tensor maths on one time-major minibatch; the learner process feeds it mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,10 +16,12 @@ from asyncrl.algo.losses import (
     clipped_surrogate_loss,
     entropy_bonus,
     normalize_advantages,
-    value_loss,
 )
 from asyncrl.algo.time_limits import episode_end_inputs
+from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.algo.vtrace import vtrace
+
+IDENTITY = ValueTransform("none")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ def appo_loss(
     truncated: torch.Tensor | None = None,
     final_values: torch.Tensor | None = None,
     has_final: torch.Tensor | None = None,
+    reward_scale: float = 1.0,
+    value_transform: ValueTransform = IDENTITY,
+    on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and its named terms.
 
@@ -57,7 +63,19 @@ def appo_loss(
     `has_final`, `final_values` holds V of the observation the env reached there, and the target is
     r + gamma * V(final). A truncation without a final value is masked out (its earlier steps bootstrap
     from V(x_t)). Without `truncated`, no step is a truncation.
+
+    Scaling (`--normalize-returns`, `asyncrl.algo.return_norm`): rewards are divided by `reward_scale`, so
+    values and targets are in those units. `value_transform` (`--value-transform`): `values` and
+    `final_values` are the value head's outputs, read as V through `value_transform.to_value`, and the value
+    loss compares the head with `to_head(v_s)`. `on_targets(v_s, mask)`, if given, receives the V-trace targets
+    (detached, [T, B], in scaled units) and the training mask, e.g. to update a ReturnNormalizer.
     """
+    head = values
+    values = value_transform.to_value(values.detach())
+    if final_values is not None:
+        final_values = value_transform.to_value(final_values.detach())
+    if reward_scale != 1.0:
+        rewards = rewards / reward_scale
     zeros = torch.zeros_like(rewards, dtype=torch.bool)
     truncated = zeros if truncated is None else truncated.bool()
     has_final = zeros if has_final is None else has_final.bool() & truncated
@@ -70,11 +88,13 @@ def appo_loss(
         behaviour_logp=behaviour_logp, target_logp=logp.detach(), rewards=rewards, values=values[:-1].detach(),
         bootstrap_value=values[-1].detach(), discounts=discounts, rho_bar=hp.rho_bar, c_bar=hp.c_bar,
     )
+    if on_targets is not None:
+        on_targets(targets.vs.detach(), mask)
     advantages = targets.pg_advantages
     if hp.normalize_advantages:
         advantages = normalize_advantages(advantages, mask)
     policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, mask)
-    value = value_loss(values[:-1], targets.vs, mask)
+    value = value_transform.loss(head[:-1], targets.vs, mask)
     ent = entropy_bonus(entropy, mask)
     loss = policy + hp.value_coeff * value - hp.entropy_coeff * ent
     with torch.no_grad():

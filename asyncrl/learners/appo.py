@@ -9,12 +9,15 @@ learning rate (`--lr-schedule kl`). The maths is in `asyncrl.algo`; the process 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from asyncrl.algo.appo import APPOHyperparams, appo_loss
 from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr
+from asyncrl.algo.return_norm import ReturnNormalizer
+from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.learners.base import GradientHook, no_gradient_sync
@@ -44,6 +47,10 @@ class APPOLearner:
             entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,
             normalize_advantages=cfg.normalize_advantages,
         )
+        self.value_transform = ValueTransform(cfg.value_transform)  # --value-transform symlog: head predicts symlog(V)
+        # --normalize-returns: rewards divided by a running RMS of the V-trace targets (pooled across ranks by
+        # runtime/distributed.py, which looks for this attribute).
+        self.return_normalizer = ReturnNormalizer() if cfg.normalize_returns else None
         self.version = 0
         self.lr = cfg.lr  # the kl schedule's current rate
         self.samples_trained = 0
@@ -83,11 +90,15 @@ class APPOLearner:
         per_mb = n_cols // cfg.minibatches
         sums: dict[str, float] = {}
         steps = 0
-        for _ in range(cfg.epochs):
+        normalizer = self.return_normalizer
+        scale = normalizer.scale if normalizer is not None else 1.0  # held fixed for the whole batch
+        for epoch in range(cfg.epochs):
+            # The targets of the first epoch (one pass over the batch) feed the running return scale.
+            on_targets = normalizer.observer(scale) if normalizer is not None and epoch == 0 else None
             for cols in np.random.permutation(cfg.minibatches):
                 mb = batch.columns(slice(cols * per_mb, (cols + 1) * per_mb))
                 mb_mask = mb.trainable(cfg.max_policy_lag)
-                stats = self._step(mb, mb_mask)
+                stats = self._step(mb, mb_mask, scale, on_targets)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
@@ -112,7 +123,8 @@ class APPOLearner:
         )
         return out
 
-    def _step(self, mb: Batch, mask: torch.Tensor) -> dict[str, float]:
+    def _step(self, mb: Batch, mask: torch.Tensor, reward_scale: float = 1.0,
+              on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, float]:
         t, b = mb.rewards.shape
         t0 = time.monotonic()
         policy_out, values = self.model(mb.obs.reshape(-1, *self.spec.obs_shape))
@@ -124,7 +136,9 @@ class APPOLearner:
         has_final = mb.has_final()
         loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.terminated, mask, self.hp,
                                 truncated=mb.cut_without_terminal(),
-                                final_values=self._final_values(mb, has_final), has_final=has_final)
+                                final_values=self._final_values(mb, has_final), has_final=has_final,
+                                reward_scale=reward_scale, value_transform=self.value_transform,
+                                on_targets=on_targets)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -163,6 +177,7 @@ class APPOLearner:
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "version": self.version, "samples_trained": self.samples_trained, "lr": self.lr, **rng_state(),
+            **({"return_normalizer": self.return_normalizer.state_dict()} if self.return_normalizer else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -171,4 +186,6 @@ class APPOLearner:
         self.version = int(state["version"])
         self.samples_trained = int(state.get("samples_trained", 0))
         self.lr = float(state.get("lr", self.cfg.lr))
+        if self.return_normalizer is not None and "return_normalizer" in state:
+            self.return_normalizer.load_state_dict(state["return_normalizer"])
         load_rng_state(state)

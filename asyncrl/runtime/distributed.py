@@ -8,8 +8,9 @@ never imports torch): gloo on CPU, NCCL on CUDA. The learners
 * average their gradients in one flat bucket every optimizer step, with a "loss is finite" flag in the same
   bucket, so every rank applies or skips the same step;
 * agree once per update, in one small all-reduce, on the run's counters (env steps and episodes summed over the
-  ranks, trained samples for the learning-rate schedule, the kl schedule's rate, observation-normalisation
-  buffers) and on stopping, so every rank does the same number of updates and policy versions stay in lockstep.
+  ranks, trained samples for the learning-rate schedule, the kl schedule's rate), on the running moments of the
+  observation (and return) normalisers, pooled exactly over every rank's samples (`asyncrl.algo.moment_sync`),
+  and on stopping, so every rank does the same number of updates and policy versions stay in lockstep.
 
 Only rank 0 writes `metrics.jsonl`, TensorBoard and checkpoints; ranks > 0 use `RUN_DIR/rank<k>` for their own
 files. A rank whose learner dies makes the others' collectives fail at once (gloo) or after `--dist-timeout`
@@ -351,7 +352,13 @@ class _Group:
         self.run_dir = learner.cfg.run_dir
         self.params = [p for p in learner.model.parameters() if p.requires_grad]
         self.bucket = torch.zeros(sum(p.numel() for p in self.params) + 1, dtype=torch.float32, device=self.device)
-        self.buffers = [b for b in learner.model.buffers() if b.is_floating_point()]
+        # Running moments (observation normaliser, and a return normaliser where the learner has one) are pooled
+        # exactly (asyncrl.algo.moment_sync); any other floating-point buffer is averaged.
+        from asyncrl.algo.moment_sync import MomentSync, moment_modules
+
+        self.moments = MomentSync(moment_modules(learner.model, getattr(learner, "return_normalizer", None)))
+        pooled = {id(b) for m in self.moments.modules for b in m.buffers()}
+        self.buffers = [b for b in learner.model.buffers() if b.is_floating_point() and id(b) not in pooled]
         self.base_trained = self.seen_trained = learner.samples_trained
         self.local_trained = 0
         self.others_steps = self.others_episodes = 0
@@ -395,6 +402,7 @@ class _Group:
                 float(self.local_trained), float(learner.lr)]
         parts = [torch.tensor(head, dtype=torch.float64, device=self.device)]
         parts += [b.detach().reshape(-1).double() for b in self.buffers]
+        parts.append(self.moments.delta().to(self.device))
         vector = torch.cat(parts)
         self._collective(vector)
         total = vector[:len(head)].tolist()
@@ -405,6 +413,7 @@ class _Group:
             for b in self.buffers:
                 b.copy_((vector[offset:offset + b.numel()] / self.world).view(b.shape))
                 offset += b.numel()
+            self.moments.apply(vector[offset:offset + self.moments.size])
         group_steps, group_episodes = int(total[0]), int(total[1])
         board[GROUP_STEPS], board[GROUP_EPISODES] = group_steps, group_episodes
         board[LOCAL_STEPS_AT], board[LOCAL_EPISODES_AT] = steps, episodes
