@@ -63,8 +63,8 @@ def check_experiment_name(name: str) -> None:
     """An experiment is one directory under --train-dir: "" (the env's name) or a single path component."""
     if not name:
         return
-    if not name.strip() or "/" in name or name in (".", "..") or "\0" in name:
-        raise ConfigError(f"--experiment {name!r} must be a single directory name (no '/', not '.' or '..', not "
+    if not name.strip() or "/" in name or name == "." or ".." in name or "\0" in name:
+        raise ConfigError(f"--experiment {name!r} must be a single directory name (no '/', no '..', not '.', not "
                           f"blank); to write elsewhere use --train-dir")
 
 

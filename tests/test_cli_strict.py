@@ -33,7 +33,7 @@ def test_help_shows_default_and_preset_value() -> None:
     assert "--adam-eps ADAM_EPS Adam epsilon (default: 1e-05) " in text  # no preset changes it
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", ".", "   ", ""])
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs", "..", "a..b", ".", "   ", ""])
 def test_experiment_must_be_one_directory_name(tmp_path: Path, name: str) -> None:
     train_dir = tmp_path / "runs"
     result = run_cli([*FAST, "--experiment", name], train_dir)
