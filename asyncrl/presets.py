@@ -29,6 +29,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "value_coeff": 0.5, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.99, "vtrace_c": 0.95,
         "clip_ratio": 0.2,
     },
+    # --algo sac, td3, redq (continuous control, replay): one rollout worker of 8 envs and short rollouts, so each
+    # slot reaches the learner after 8 steps and the batch (rollout x envs = 64 env steps) is inserted and trained
+    # on (utd x 64 gradient updates) while the worker collects the next one; 256 x 256 networks, Adam 3e-4.
+    "off_policy": {
+        "workers": 1, "envs_per_worker": 8, "worker_splits": 2, "rollout": 8, "batch_size": 64,
+        "hidden_size": 256, "lr": 3e-4, "lr_schedule": "constant", "gamma": 0.99,
+    },
 }
 
 
@@ -53,5 +60,10 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
     return "atari" if image else "vector"
 
 
-def preset_for(env: str, env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo") -> dict[str, Any]:
+    """The env family's preset; for an off-policy `algo`, the "off_policy" preset over it."""
+    from asyncrl.learners.registry import OFF_POLICY
+
+    if algo in OFF_POLICY:
+        return {**PRESETS[preset_name(env, env_kwargs)], **PRESETS["off_policy"]}
     return dict(PRESETS[preset_name(env, env_kwargs)])
