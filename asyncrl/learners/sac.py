@@ -47,7 +47,7 @@ class SACLearner(OffPolicyLearner):
         alpha_loss = sac.temperature_loss(self.log_alpha, logp, self.entropy_target)
         self._step(self.alpha_optimizer, alpha_loss, _Params(self.log_alpha))
         self._soft_update_critic()
-        return {"critic_loss": float(q_loss), "actor_loss": float(pi_loss), "alpha": float(alpha),
+        return {"critic_loss": float(q_loss.detach()), "actor_loss": float(pi_loss.detach()), "alpha": float(alpha),
                 "q_mean": float(q.detach().mean()), "entropy": float(-logp.detach().mean())}, td_abs
 
     def state_dict(self) -> dict:

@@ -47,10 +47,10 @@ class TD3Learner(OffPolicyLearner):
             action, _ = self.actor.policy(b["obs"])
             pi_loss = td3.actor_loss(self.critic(b["obs"], action)[0])
             self._step(self.actor_optimizer, pi_loss, self.actor)
-            self.last_actor_loss = float(pi_loss)
+            self.last_actor_loss = float(pi_loss.detach())
             self._soft_update_critic()
             polyak_update(self.actor_target, self.actor, self.cfg.tau)
-        return {"critic_loss": float(q_loss), "actor_loss": self.last_actor_loss, "alpha": 0.0,
+        return {"critic_loss": float(q_loss.detach()), "actor_loss": self.last_actor_loss, "alpha": 0.0,
                 "q_mean": float(q.detach().mean())}, td_abs
 
     def state_dict(self) -> dict:
