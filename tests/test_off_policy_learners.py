@@ -138,7 +138,7 @@ def test_checkpoint_state_loads_with_weights_only(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("algo", "args"), [
-    ("sac", ["--frames", "3000", "--learning-starts", "500"]),
+    ("sac", ["--frames", "3000", "--learning-starts", "500", "--hidden-size", "64"]),
     ("redq", ["--frames", "1000", "--learning-starts", "300", "--utd", "2", "--hidden-size", "64"]),
     ("td3", ["--frames", "1000", "--learning-starts", "300"]),
 ])
