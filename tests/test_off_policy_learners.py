@@ -58,9 +58,11 @@ def test_only_valid_transitions_are_sampleable(algo: str) -> None:
 @pytest.mark.parametrize("algo", ALGOS)
 def test_updates_follow_the_utd_ratio_with_the_remainder_carried(algo: str) -> None:
     learner = make_learner(algo, utd=0.3)
+    beats = []
+    learner.heartbeat = lambda: beats.append(1)  # the learner process's liveness beat, once per update
     counts = [learner.train(make_batch(i), 0)["updates"] for i in range(5)]
     assert counts == [4, 3, 4, 3, 4]  # 3.6 per batch of 12 steps: 4 (-0.4), 3 (+0.2), 4 (-0.2), 3 (+0.4), 4 (0.0)
-    assert learner.updates == round(0.3 * 5 * T * B)
+    assert learner.updates == round(0.3 * 5 * T * B) == len(beats)
     stats = learner.train(make_batch(9), 0)
     assert math.isclose(stats["utd_achieved"], learner.updates / (6 * T * B))
     assert all(math.isfinite(stats[k]) for k in ("critic_loss", "actor_loss", "q_mean", "alpha"))
@@ -185,3 +187,14 @@ def test_the_off_policy_preset_applies_only_to_unset_flags() -> None:
     assert (cfg.workers, cfg.envs_per_worker, cfg.rollout, cfg.batch_size, cfg.hidden_size) == (1, 8, 8, 64, 256)
     assert config_from_flags(env="Pendulum-v1", algo="sac", rollout=16, batch_size=128).rollout == 16
     assert config_from_flags(env="Pendulum-v1").hidden_size == 64  # appo keeps the vector preset
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_non_finite_updates_are_skipped_and_counted(algo: str) -> None:
+    learner = make_learner(algo, utd=0.5)
+    before = [t.clone() for t in learner.critic.parameters()]
+    batch = make_batch()
+    batch.rewards[:] = float("nan")
+    stats = learner.train(batch, 0)
+    assert stats["updates"] == T * B // 2 and learner.nonfinite_streak == stats["updates"]
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.critic.parameters()))

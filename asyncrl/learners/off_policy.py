@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -31,6 +32,10 @@ from asyncrl.replay.buffer import ReplayBatch, ReplayBuffer
 from asyncrl.replay.prioritized import PrioritizedReplay
 
 DEFAULT_UTD = {"sac": 1.0, "td3": 1.0, "redq": 20.0}
+
+
+def _no_heartbeat() -> None:
+    """The heartbeat outside a learner process: nothing to tell."""
 
 
 class OffPolicyActor(nn.Module):
@@ -121,6 +126,10 @@ class OffPolicyLearner:
         self.held = 0  # valid transitions in this process's buffer (rebuilt empty on resume)
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0
+        self._finite = True  # no step of the current update was skipped
+        # Called after every gradient update; the learner process sets it to its liveness beat, so that the
+        # utd x batch updates of one train() call (1,280 for REDQ's default) do not look like a hang.
+        self.heartbeat: Callable[[], None] = _no_heartbeat
         self.sync_gradients: GradientHook = no_gradient_sync
 
     @classmethod
@@ -189,7 +198,13 @@ class OffPolicyLearner:
             self.update_credit -= n_updates
             for _ in range(n_updates):
                 sample, tensors = self._sample()
+                self._finite = True
                 stats, td_abs = self._update(tensors)
+                if self._finite:
+                    self.nonfinite_streak = 0
+                else:  # an update with any skipped step counts once towards the process's stop rule
+                    self.nonfinite_updates += 1
+                    self.nonfinite_streak += 1
                 if td_abs is not None and isinstance(self.replay, PrioritizedReplay):
                     self.replay.update_priorities(sample.indices, td_abs.cpu().numpy())
                 stats["sample_age_mean"] = float(self.buffer.age(sample).mean())
@@ -197,6 +212,7 @@ class OffPolicyLearner:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 self.updates += 1
+                self.heartbeat()
         self.version += 1
         out = {k: v / n_updates for k, v in sums.items()} if n_updates else {}
         out.update(
@@ -221,11 +237,9 @@ class OffPolicyLearner:
         finite = bool(torch.isfinite(loss)) and all(
             bool(torch.isfinite(p.grad).all()) for p in module.parameters() if p.grad is not None)
         if not finite:
-            self.nonfinite_updates += 1
-            self.nonfinite_streak += 1
+            self._finite = False
             optimizer.zero_grad(set_to_none=True)
             return False
-        self.nonfinite_streak = 0
         optimizer.step()
         return True
 
