@@ -141,7 +141,7 @@ def test_checkpoint_state_loads_with_weights_only(tmp_path) -> None:
 
 @pytest.mark.parametrize(("algo", "args"), [
     ("sac", ["--frames", "3000", "--learning-starts", "500", "--hidden-size", "64"]),
-    ("redq", ["--frames", "1000", "--learning-starts", "300", "--utd", "2", "--hidden-size", "64"]),
+    ("redq", ["--frames", "400", "--learning-starts", "300", "--hidden-size", "64"]),  # utd 20
     ("td3", ["--frames", "1000", "--learning-starts", "300"]),
 ])
 def test_end_to_end_run_writes_finite_losses(algo: str, args: list[str], tmp_path) -> None:
@@ -187,6 +187,8 @@ def test_the_off_policy_preset_applies_only_to_unset_flags() -> None:
     assert (cfg.workers, cfg.envs_per_worker, cfg.rollout, cfg.batch_size, cfg.hidden_size) == (1, 8, 8, 64, 256)
     assert config_from_flags(env="Pendulum-v1", algo="sac", rollout=16, batch_size=128).rollout == 16
     assert config_from_flags(env="Pendulum-v1").hidden_size == 64  # appo keeps the vector preset
+    redq = config_from_flags(env="Pendulum-v1", algo="redq")
+    assert (redq.envs_per_worker, redq.batch_size, redq.rollout) == (2, 16, 8)  # 320 updates per batch at utd 20
 
 
 @pytest.mark.parametrize("algo", ALGOS)
