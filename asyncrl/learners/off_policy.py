@@ -217,12 +217,13 @@ class OffPolicyLearner:
         out = {k: v / n_updates for k, v in sums.items()} if n_updates else {}
         out.update(
             replay_size=self.held, updates=n_updates, samples=batch.rewards.numel(), policy_version=self.version,
-            utd_achieved=self.updates / self.steps_since_start if self.steps_since_start else 0.0,
             nonfinite_updates=self.nonfinite_updates, truncations=int(batch.truncated.sum()),
             truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
             policy_lag_mean=float(batch.lag.float().mean()), policy_lag_max=int(batch.lag.max()),
             t_insert=t1 - t0, t_updates=time.monotonic() - t1,
         )
+        if self.steps_since_start:  # left out during the warm-up, so a record's mean is not diluted by zeros
+            out["utd_achieved"] = self.updates / self.steps_since_start
         return out
 
     def _update(self, b: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor | None]:
