@@ -200,3 +200,15 @@ def test_non_finite_updates_are_skipped_and_counted(algo: str) -> None:
     stats = learner.train(batch, 0)
     assert stats["updates"] == T * B // 2 and learner.nonfinite_streak == stats["updates"]
     assert all(torch.equal(a, b) for a, b in zip(before, learner.critic.parameters()))
+
+
+def test_prioritized_replay_feeds_back_td_errors() -> None:
+    learner = make_learner("sac", per=True, utd=1.0)
+    batch = make_batch()
+    batch.valid[0, 1] = False
+    learner.train(batch, 0)
+    tree = learner.replay.tree
+    priorities = tree.get(np.arange(T * B))
+    assert priorities[1 * T + 0] == 0.0  # the step in which the env raised is never drawn
+    assert len(np.unique(priorities[priorities > 0])) > 1  # |TD error| replaced the uniform initial priority
+    assert learner.replay.updates == learner.updates == T * B - 1  # one update per valid env step (utd 1)

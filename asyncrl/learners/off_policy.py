@@ -83,7 +83,7 @@ class OffPolicyActor(nn.Module):
         if self.deterministic:
             action, _ = self.net(obs, deterministic=True)
             noise = torch.randn_like(action) * self.exploration_noise * self.net.half_range
-            return torch.maximum(torch.minimum(action + noise, self.high), self.low), torch.zeros(n)
+            return torch.maximum(torch.minimum(action + noise, self.high), self.low), torch.zeros(n, device=obs.device)
         action, logp = self.net(obs)
         return torch.maximum(torch.minimum(action, self.high), self.low), logp
 
