@@ -88,7 +88,9 @@ class Config:
         "help": "Atari: cut a game after this many emulator frames (a truncation: the learner bootstraps from the "
                 "last observation, unlike a game over)"})
     # --- learning ---
-    algo: str = field(default="appo", metadata={"help": "learning algorithm (asyncrl/learners/registry.py): appo"})
+    algo: str = field(default="appo", metadata={
+        "help": "learning algorithm (asyncrl/learners/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
+                "docs/off-policy.md)"})
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
     epochs: int = field(default=3, metadata={"help": "passes over each batch"})
     minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
@@ -128,6 +130,20 @@ class Config:
         "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
     max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    # --- off-policy learners (--algo sac, td3, redq; asyncrl/learners/off_policy.py) ---
+    replay_size: int = field(default=1_000_000, metadata={
+        "help": "sac/td3/redq: replay buffer capacity in transitions (checked against free RAM at start)"})
+    learning_starts: int = field(default=5000, metadata={
+        "help": "sac/td3/redq: env steps of uniform random actions, and transitions held, before updates start"})
+    utd: float = field(default=0.0, metadata={
+        "help": "sac/td3/redq: gradient updates per env step (0: the algorithm's, 1 for sac/td3, 20 for redq)"})
+    sac_batch_size: int = field(default=256, metadata={
+        "help": "sac/td3/redq: transitions sampled from the replay buffer per gradient update"})
+    tau: float = field(default=0.005, metadata={"help": "sac/td3/redq: Polyak rate of the target networks"})
+    per: bool = field(default=False, metadata={
+        "help": "sac/td3/redq: prioritized replay (proportional, alpha 0.6, beta 0.4 -> 1) instead of uniform"})
+    exploration_noise: float = field(default=0.1, metadata={
+        "help": "td3: std of the Gaussian noise added to the deterministic actor's actions, in half action ranges"})
     train: bool = field(default=True, metadata={"help": "learn; --no-train only samples (throughput benchmarks)"})
     # --- run ---
     frames: int = field(default=0, metadata={"help": "stop after this many emulator frames (0: no limit)"})
@@ -243,6 +259,7 @@ class Config:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in 0..19 (got {getattr(self, name)})")
         if not 0.0 <= self.max_env_error_rate <= 1.0:
             raise ConfigError(f"--max-env-error-rate must be in [0, 1] (got {self.max_env_error_rate})")
+        self._validate_off_policy()
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"--gamma must be in [0, 1] (got {self.gamma})")
         if self.rollout < 2:
@@ -301,6 +318,19 @@ class Config:
         if not VALUE_SCALING_IN_LEARNER and (self.normalize_returns or self.value_transform != "none"):
             raise ConfigError("--normalize-returns and --value-transform are not applied by this version's learner "
                               "yet; leave them out")
+
+    def _validate_off_policy(self) -> None:
+        for name in ("replay_size", "sac_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        for name in ("learning_starts", "utd", "exploration_noise"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"--tau must be in (0, 1] (got {self.tau})")
+        if self.algo in ("sac", "td3", "redq") and self.eval_every:
+            raise ConfigError(f"--eval-every does not support --algo {self.algo} yet (its evaluator plays "
+                              f"actor-critic policies); leave it out")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -403,7 +433,7 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
-        base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]))}
+        base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"])}
     scale = explicit.get("scale", base.get("scale", ""))
     if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
         base.update(scaled(scale, {**base, **explicit}, explicit))

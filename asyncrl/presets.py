@@ -29,6 +29,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "value_coeff": 0.5, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.99, "vtrace_c": 0.95,
         "clip_ratio": 0.2,
     },
+    # --algo sac, td3, redq (continuous control, replay): one rollout worker of 8 envs and short rollouts, so each
+    # slot reaches the learner after 8 steps and the batch (rollout x envs = 64 env steps) is inserted and trained
+    # on (utd x 64 gradient updates) while the worker collects the next one; 256 x 256 networks, Adam 3e-4.
+    "off_policy": {
+        "workers": 1, "envs_per_worker": 8, "worker_splits": 2, "rollout": 8, "batch_size": 64,
+        "hidden_size": 256, "lr": 3e-4, "lr_schedule": "constant", "gamma": 0.99,
+    },
+    # --algo redq on top of off_policy: 20 updates per env step, so batches of 16 env steps (2 envs, one per split)
+    # keep one train() call at 320 updates, well inside the run's stall rule (no new policy version for
+    # 2 x --hang-timeout stops the run); 64-step batches made 1,280 updates, over 60 s on a contended CPU.
+    "off_policy_redq": {"envs_per_worker": 2, "batch_size": 16},
 }
 
 
@@ -53,5 +64,11 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
     return "atari" if image else "vector"
 
 
-def preset_for(env: str, env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo") -> dict[str, Any]:
+    """The env family's preset; for an off-policy `algo`, the "off_policy" preset (and "off_policy_<algo>") over it."""
+    from asyncrl.learners.registry import OFF_POLICY
+
+    if algo in OFF_POLICY:
+        family = PRESETS[preset_name(env, env_kwargs)]
+        return {**family, **PRESETS["off_policy"], **PRESETS.get(f"off_policy_{algo}", {})}
     return dict(PRESETS[preset_name(env, env_kwargs)])

@@ -25,7 +25,8 @@ def test_help_shows_default_and_preset_value() -> None:
                             env={**os.environ, "COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # argparse wraps to the terminal width
-    assert "--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001; mujoco preset: 0.0003)" in text
+    assert ("--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001; mujoco preset: 0.0003; off_policy "
+            "preset: 0.0003)") in text
     assert "--gamma GAMMA discount factor (default: 0.99; vector preset: 0.98)" in text
     assert ("--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0; mujoco preset: "
             "0.0)") in text

@@ -61,7 +61,7 @@ def test_unknown_algo_is_one_line_and_exit_2(tmp_path) -> None:
                              "--train-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--algo must be one of appo (got 'nope')" in lines[0], result.stderr
+    assert len(lines) == 1 and "--algo must be one of appo, redq, sac, td3 (got 'nope')" in lines[0], result.stderr
 
 
 def test_a_registered_learner_is_built_by_make_learner(monkeypatch) -> None:

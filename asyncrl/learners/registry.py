@@ -19,13 +19,38 @@ if TYPE_CHECKING:
 
 LEARNERS: dict[str, Any] = {
     "appo": "asyncrl.learners.appo:APPOLearner",
+    "sac": "asyncrl.learners.sac:SACLearner",
+    "td3": "asyncrl.learners.td3:TD3Learner",
+    "redq": "asyncrl.learners.redq:REDQLearner",
 }
+OFF_POLICY = frozenset({"sac", "td3", "redq"})  # replay learners: Box actions, vector observations
 
 
 def check_algo(name: str) -> None:
     """ConfigError (one line, the choices) unless `name` is a registered learner."""
     if name not in LEARNERS:
         raise ConfigError(f"--algo must be one of {', '.join(sorted(LEARNERS))} (got {name!r})")
+
+
+def check_algo_env(cfg: Config, spec: EnvSpec) -> None:
+    """ConfigError (one line) when `cfg.algo` cannot train on this env, or its replay buffer would not fit in RAM."""
+    if cfg.algo not in OFF_POLICY:
+        return
+    import numpy as np
+
+    from asyncrl.replay.buffer import check_fits, memory_bytes
+
+    space = spec.action_space
+    if spec.discrete or spec.multi_discrete or not hasattr(space, "low"):
+        raise ConfigError(f"--algo {cfg.algo} needs continuous (Box) actions, but {cfg.env} has {space}; "
+                          f"use --algo appo")
+    if not (np.isfinite(space.low).all() and np.isfinite(space.high).all()):
+        raise ConfigError(f"--algo {cfg.algo} needs finite action bounds, but {cfg.env} has {space}; use --algo appo")
+    if len(spec.obs_shape) != 1:
+        raise ConfigError(f"--algo {cfg.algo} takes vector observations, but {cfg.env}'s have shape "
+                          f"{tuple(spec.obs_shape)}; use --algo appo")
+    check_fits(memory_bytes(cfg.replay_size, spec.obs_shape, spec.obs_dtype, spec.action_shape, np.float32,
+                            segment_len=cfg.rollout))
 
 
 def learner_class(name: str) -> type[Learner]:

@@ -99,6 +99,8 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
                                   "stats": list(learner.stat_names)})
     beat = channels.live["beat_learner"]
+    if hasattr(learner, "heartbeat"):  # learners with long train() calls (replay, high UTD) show progress inside
+        learner.heartbeat = lambda: beat.__setitem__(0, time.monotonic())
 
     def save(steps: int, run: dict) -> None:
         if not all(torch.isfinite(t).all() for t in publisher.tensors):

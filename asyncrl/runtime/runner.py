@@ -23,6 +23,7 @@ from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.learners.registry import check_algo_env
 from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
@@ -101,6 +102,7 @@ class Runner:
         cfg, spec = self.cfg, self.spec
         check_run_dir(cfg)
         check_memory(cfg, spec)
+        check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
         if cfg.resume:
             check_resume(cfg, spec)  # another env or model shape: refused before anything starts
         stale = clean_stale_shm()
