@@ -480,24 +480,13 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """A YAML (.yaml, .yml) or JSON file of settings, checked like the command line (ConfigError if not)."""
+    from asyncrl.settings_file import SettingsFileError, load_settings_file
+
     where = f"--config {path}"
     try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where} is not valid JSON: {exc}") from None
+        data = load_settings_file(path)
+    except SettingsFileError as exc:
+        raise ConfigError(f"--config {exc}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
 import shlex
 import signal
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.config import Config
+from asyncrl.settings_file import SettingsFileError, load_settings_file
 
 RESERVED = ("seed", "experiment", "train_dir", "resume")  # set by the sweep for each run
 SHARED_CORES = ("workers", "learner_threads")  # sized to cores // K unless the file sets them
@@ -105,24 +105,9 @@ def parse_sweep(data: Any, default_group: str) -> Sweep:
 def load_sweep(path: str) -> Sweep:
     """Read a YAML (.yaml, .yml) or JSON sweep file."""
     try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as exc:
-        raise SweepError(f"cannot read {path} ({exc.strerror})") from None
-    if path.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise SweepError("reading YAML needs PyYAML (pip install pyyaml), or write the file as JSON") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SweepError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SweepError(f"{path} is not valid JSON: {exc}") from None
+        data = load_settings_file(path)
+    except SettingsFileError as exc:
+        raise SweepError(str(exc)) from None
     return parse_sweep(data, os.path.splitext(os.path.basename(path))[0])
 
 
