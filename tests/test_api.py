@@ -69,7 +69,7 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     result, run_dir = trained.result, trained.run_dir
     assert run_dir == trained.train_dir / "cp" and result["exit_code"] == 0 and result["stop_reason"] == "frames"
     records = read_metrics(str(run_dir))
-    assert result["metrics"] == records[-1] and records[-1]["frames"] >= 0.9 * FRAMES  # a tail under 1 s: no record
+    assert result["metrics"] == records[-1] and records[-1]["frames"] >= FRAMES  # the tail has its record
     best = max(r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None)
     assert best >= TARGET, f"best mean return {best}"
     saved = json.loads((run_dir / "config.json").read_text())

@@ -253,13 +253,12 @@ class Runner:
                 self.stop_reason = "seconds"
             self.stop_reason = distributed.group_stop(self.stop_reason, self.totals)  # torchrun hook: agreed stop
             time.sleep(0.05)
-        stopped_at = time.monotonic()
         self._final_evaluation()
-        # A last report for the tail of the run (skipped if too short to give meaningful rates, unless it carries
-        # the final evaluation; in lockstep every update already has its record).
+        # A last record for the tail of the run, so the final totals (frames, episodes) are always in
+        # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
         self._drain_reports()
-        tail = stopped_at - self.last_report
-        if (tail >= 1.0 and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
+        tail_steps = self.totals.env_steps > self.interval_steps
+        if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
