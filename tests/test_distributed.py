@@ -119,28 +119,33 @@ def test_rank_from_environ() -> None:
         rank_device("cuda:1", 0)  # under torchrun the local rank picks the GPU
 
 
-def test_two_ranks_one_node_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
+def test_two_ranks_one_node_stay_identical_and_learn_cartpole(tmp_path: Path, launches: list[Launch]) -> None:
+    """Two ranks of 8 envs with 128 samples each (the single-rank preset's global batch of 256) reach a mean
+    return of 475 within 150k env steps summed over the ranks, with identical parameters after every update."""
     train_dir = tmp_path / "train"
     port = free_port()
-    launch = single_node(port, ["--frames", str(24 * UPDATE_STEPS)], train_dir)
+    frames = 150_000
+    launch = single_node(port, ["--envs-per-worker", "8", "--batch-size", "128", "--frames", str(frames)], train_dir)
     launches.append(launch)
-    code = launch.wait()
+    code = launch.wait(timeout=400)
     out = launch.output()
     assert code == 0, out[-3000:]
     run_dir = train_dir / "CartPole-v1"
     assert_ranks_agree(run_dir)
     assert "[rank 1] stopping (frames, agreed by all 2 ranks)" in out, out[-2000:]
-    assert "group: 2 workers, 8 envs, 512 samples per update" in out
-    assert read_metrics(str(run_dir))[-1]["ranks"] == 2
+    assert "group: 2 workers, 16 envs, 256 samples per update" in out
+    records = read_metrics(str(run_dir))
+    assert records[-1]["ranks"] == 2
+    reached = [r["frames"] for r in records if (r.get("episode_return_mean") or 0) >= 475]
+    best = max((r.get("episode_return_mean") or 0) for r in records)
+    print(f"\n2 ranks, CartPole: mean return 475 first at {reached[:1]} total env steps, best {best:g}")
+    assert reached and reached[0] <= frames, f"best mean return {best:g} within {records[-1]['frames']:,} env steps"
     # The final checkpoint counts both ranks' env steps (the stop came when their sum reached --frames).
     import torch
 
     saved = torch.load(list_checkpoints(str(run_dir))[0], map_location="cpu", weights_only=False)["env_steps"]
     rank0_alone = int(re.search(r"\[rank 0\] stopping .* after ([\d,]+) env steps", out).group(1).replace(",", ""))
-    assert saved >= 24 * UPDATE_STEPS > rank0_alone
-    assert not (run_dir / "rank1" / "metrics.jsonl").exists()
-    assert list_checkpoints(str(run_dir)) and not list_checkpoints(str(run_dir / "rank1"))
-    assert not group_processes(port)
+    assert saved >= frames > rank0_alone
 
 
 def test_two_nodes_c10d_rendezvous_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
