@@ -101,3 +101,21 @@ def test_constant_groups_give_an_undefined_welch_p_as_null(tmp_path: Path, capsy
     assert summary["pairs"][0]["probability_of_improvement"] == 0.5
     assert summary["pairs"][0]["welch_p"] is None  # no variance: scipy gives nan, strict JSON needs null
     assert summary["pairs"][0]["mannwhitney_p"] == stats.mannwhitneyu([7.0] * 3, [7.0] * 2).pvalue
+
+
+def test_at_frames_compares_runs_as_they_stood_then(tmp_path: Path, capsys) -> None:
+    """Runs of different lengths: --at-frames scores each on its records up to F, and refuses a run that
+    stopped before F."""
+    a = write_group(tmp_path, "a", [10.0, 20.0], ramp_to=10_000)  # records up to 14,000 frames
+    long_run = [(f, 100.0 * f / 20_000) for f in range(1000, 40_000, 1000)]  # still climbing at 14,000
+    write_run(a / "seed2", long_run)
+    out = tmp_path / "out"
+    code, stdout, _ = run_compare(capsys, str(a), "--at-frames", "14000", "--out", str(out))
+    assert code == 0, stdout
+    summary = json.loads((out / "summary.json").read_text())
+    finals = summary["groups"][0]["finals"]
+    # the long run's last five records at or before 14,000 frames: 10,000..14,000, i.e. 50..70, mean 60
+    assert finals == {"seed0": 10.0, "seed1": 20.0, "seed2": pytest.approx(60.0)}
+    assert summary["at_frames"] == 14000 and "at or before 14,000 frames" in stdout
+    code, _, err = run_compare(capsys, str(a), "--at-frames", "20000")
+    assert code == 2 and "stopped at 14,000 frames, before --at-frames 20,000" in err and len(err.splitlines()) == 1

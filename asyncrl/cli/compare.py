@@ -16,6 +16,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--metric", default="episode_return_mean",
                         help="metrics.jsonl key to compare (default: %(default)s)")
     parser.add_argument("--threshold", type=float, help="also report each run's frames to reach this metric value")
+    parser.add_argument("--at-frames", type=float, metavar="F",
+                        help="compare every run as it stood at F frames (runs of different lengths; each must reach F)")
     parser.add_argument("--out", metavar="DIR", help="write summary.json and curves.png to DIR")
     return parser.parse_args(argv)
 
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         labels = compare.group_labels(args.groups)
-        groups = [compare.load_group(p, args.metric, label) for p, label in zip(args.groups, labels)]
+        groups = [compare.load_group(p, args.metric, label, args.at_frames) for p, label in zip(args.groups, labels)]
         if args.out:
             os.makedirs(args.out, exist_ok=True)
     except RunDirError as exc:
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asyncrl-compare: error: cannot create {args.out} ({exc.strerror}); pass a writable --out",
               file=sys.stderr)
         return 2
-    summary = compare.summarize(groups, args.threshold)
+    summary = compare.summarize(groups, args.threshold, args.at_frames)
     summary["metric"] = args.metric
     print(compare.format_table(summary))
     if args.out:

@@ -98,9 +98,17 @@ def mannwhitney_p(x: np.ndarray, y: np.ndarray) -> float | None:
     return p if math.isfinite(p) else None
 
 
-def load_run_curve(path: str, metric: str) -> Run | None:
-    """The (frames, metric) points of one run; None when it has no record with the metric."""
-    pts = [(r.get("frames"), r.get(metric)) for r in read_metrics(path)]
+def load_run_curve(path: str, metric: str, at_frames: float | None = None) -> Run | None:
+    """The (frames, metric) points of one run, up to `at_frames` if given; None when it has no record with
+    the metric. A run that stopped before `at_frames` is a one-line error: its score would not be comparable."""
+    records = read_metrics(path)
+    if at_frames is not None:
+        reached = max((r["frames"] for r in records if _number(r.get("frames"))), default=0)
+        if reached < at_frames:
+            raise RunDirError(f"{path} stopped at {reached:,} frames, before --at-frames {at_frames:,.0f}; "
+                              f"continue it (asyncrl-train ... --resume --frames N) or lower --at-frames")
+        records = [r for r in records if _number(r.get("frames")) and r["frames"] <= at_frames]
+    pts = [(r.get("frames"), r.get(metric)) for r in records]
     pts = [(f, v) for f, v in pts if _number(f) and _number(v) and math.isfinite(v)]
     if not pts:
         return None
@@ -108,15 +116,16 @@ def load_run_curve(path: str, metric: str) -> Run | None:
     return Run(path, np.asarray(frames, dtype=np.float64), np.asarray(values, dtype=np.float64))
 
 
-def load_group(path: str, metric: str, label: str | None = None) -> Group:
-    """Every run directory (a subdirectory with metrics.jsonl) of `path`; a one-line error if there is none."""
+def load_group(path: str, metric: str, label: str | None = None, at_frames: float | None = None) -> Group:
+    """Every run directory (a subdirectory with metrics.jsonl) of `path`, each cut at `at_frames` if given; a
+    one-line error if there is none."""
     if not os.path.isdir(path):
         raise RunDirError(f"no group directory {path}; pass directories that each hold run directories")
     group = Group(label or os.path.basename(os.path.normpath(path)), path)
     for name in sorted(os.listdir(path)):
         run_dir = os.path.join(path, name)
         if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
-            run = load_run_curve(run_dir, metric)
+            run = load_run_curve(run_dir, metric, at_frames)
             if run is not None:
                 group.runs.append(run)
     if not group.runs:
@@ -131,9 +140,12 @@ def group_labels(paths: list[str]) -> list[str]:
     return [n if names.count(n) == 1 else os.path.normpath(p) for n, p in zip(names, paths)]
 
 
-def summarize(groups: list[Group], threshold: float | None = None) -> dict[str, Any]:
+def summarize(groups: list[Group], threshold: float | None = None, at_frames: float | None = None) -> dict[str, Any]:
     """Everything the comparison reports, JSON-ready."""
-    out: dict[str, Any] = {"final_rule": f"mean of the metric over each run's last {FINAL_RECORDS} records",
+    rule = f"mean of the metric over each run's last {FINAL_RECORDS} records"
+    if at_frames is not None:
+        rule += f" at or before {at_frames:,.0f} frames"
+    out: dict[str, Any] = {"final_rule": rule, "at_frames": at_frames,
                            "confidence": CONFIDENCE, "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
                            "threshold": threshold, "groups": [], "pairs": []}
     for g in groups:
