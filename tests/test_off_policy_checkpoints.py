@@ -1,6 +1,7 @@
 """Off-policy checkpoints (--algo sac, td3, redq) in everything that reads a run's checkpoint: asyncrl.load_policy,
-asyncrl-export (TorchScript, ONNX), asyncrl-enjoy and checkpoints/best.pt. One short Pendulum run with --eval-every
-per family (SAC, TD3) through the real processes; REDQ in process."""
+asyncrl-export (TorchScript, ONNX), asyncrl-enjoy and checkpoints/best.pt. One short SAC run on Pendulum with
+--eval-every through the real processes; TD3 and REDQ checkpoints saved in process as the learner process saves
+them."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from asyncrl.cli.export import main as export_main
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.learners import registry
+from asyncrl.learners.batch import Batch
 from asyncrl.learners.off_policy import OffPolicyActor
 from asyncrl.runtime.best_checkpoint import best_path, load_best
 from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
@@ -26,16 +28,41 @@ from tests.conftest import read_metrics, run_cli
 
 TOL = 1e-5
 SPEC = make_env_spec("Pendulum-v1")
-FLAGS = ["--env", "Pendulum-v1", "--frames", "1200", "--learning-starts", "400", "--hidden-size", "32",
-         "--eval-every", "600", "--eval-episodes", "1", "--report-interval", "1"]
+SAC_FLAGS = ["--env", "Pendulum-v1", "--algo", "sac", "--frames", "400", "--learning-starts", "200", "--hidden-size",
+             "32", "--eval-every", "400", "--eval-episodes", "1", "--report-interval", "1"]
 
 
-@pytest.fixture(scope="module", params=["sac", "td3"])
-def run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    train_dir = tmp_path_factory.mktemp(request.param)
-    done = run_cli([*FLAGS, "--algo", request.param, "--experiment", "x"], train_dir, timeout=300)
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    train_dir = tmp_path_factory.mktemp("sac")
+    done = run_cli([*SAC_FLAGS, "--experiment", "x"], train_dir, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return train_dir / "x"
+
+
+def saved_in_process(algo: str, train_dir: Path) -> Path:
+    """A run directory whose checkpoint a learner wrote after some updates on random Pendulum transitions."""
+    cfg = Config(env="Pendulum-v1", algo=algo, hidden_size=32, replay_size=1000, learning_starts=0, rollout=4,
+                 sac_batch_size=16, utd=1.0, train_dir=str(train_dir), experiment=algo).resolve()
+    learner = registry.make_learner(cfg, SPEC, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    t, b = 4, 3
+    batch = Batch(obs=torch.randn(t + 1, b, 3, generator=g), actions=torch.rand(t, b, 1, generator=g) * 4 - 2,
+                  behaviour_logp=torch.zeros(t, b), rewards=torch.randn(t, b, generator=g),
+                  terminated=torch.zeros(t, b, dtype=torch.bool), truncated=torch.zeros(t, b, dtype=torch.bool),
+                  final_obs=torch.zeros(b, 3), final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.long),
+                  valid=torch.ones(t, b, dtype=torch.bool))
+    assert learner.train(batch, 0)["updates"] > 0
+    save_checkpoint(cfg.run_dir, learner.version, {"learner": learner.state_dict(), "env_steps": t * b,
+                                                   "config": cfg.to_json(), "env": cfg.env}, keep=1)
+    return Path(cfg.run_dir)
+
+
+@pytest.fixture(scope="module", params=["sac", "td3", "redq"])
+def run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if request.param == "sac":
+        return request.getfixturevalue("sac_run")
+    return saved_in_process(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def observations(n: int = 64, seed: int = 0) -> np.ndarray:
@@ -100,13 +127,13 @@ def test_enjoy_plays_a_pendulum_episode(run_dir: Path, greedy: bool, capsys: pyt
     assert -2000 < score <= 0, out
 
 
-def test_best_checkpoint_loads_through_load_policy(run_dir: Path) -> None:
-    evals = [r["eval_return_mean"] for r in read_metrics(run_dir) if "eval_return_mean" in r]
+def test_best_checkpoint_of_an_eval_run_loads_through_load_policy(sac_run: Path) -> None:
+    evals = [r["eval_return_mean"] for r in read_metrics(sac_run) if "eval_return_mean" in r]
     assert evals and np.isfinite(evals).all()
-    state = load_best(str(run_dir))
+    state = load_best(str(sac_run))
     assert state["eval"]["return_mean"] == pytest.approx(max(evals))
-    policy = asyncrl.load_policy(str(run_dir), best=True)
-    assert policy.checkpoint == best_path(str(run_dir)) and policy.version == state["learner"]["version"]
+    policy = asyncrl.load_policy(str(sac_run), best=True)
+    assert policy.checkpoint == best_path(str(sac_run)) and policy.version == state["learner"]["version"]
     actor = OffPolicyActor(SPEC, 32).eval()
     actor.load_state_dict(state["learner"]["actor"])  # best.pt keeps the actor where a training checkpoint does
     obs = observations(16, seed=2)
@@ -114,18 +141,10 @@ def test_best_checkpoint_loads_through_load_policy(run_dir: Path) -> None:
         np.testing.assert_allclose(policy(obs), actor(torch.from_numpy(obs))[0].numpy(), atol=1e-6, rtol=0)
 
 
-def test_redq_checkpoint_loads_and_a_missing_best_is_one_line(tmp_path: Path) -> None:
-    cfg = Config(env="Pendulum-v1", algo="redq", hidden_size=32, replay_size=1000, train_dir=str(tmp_path),
-                 experiment="r").resolve()
-    learner = registry.make_learner(cfg, SPEC, torch.device("cpu"))
-    with torch.no_grad():
-        learner.actor.net.mean.bias.fill_(0.5)  # not the initial weights
-    save_checkpoint(cfg.run_dir, 3, {"learner": learner.state_dict(), "env_steps": 0, "config": cfg.to_json(),
-                                     "env": cfg.env}, keep=1)
-    obs = observations(8, seed=3)
-    with torch.no_grad():
-        expected, _ = learner.policy_module()(torch.from_numpy(obs))
-    np.testing.assert_allclose(asyncrl.load_policy(cfg.run_dir)(obs), expected.numpy(), atol=1e-6, rtol=0)
+def test_a_missing_best_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = saved_in_process("td3", tmp_path)
     with pytest.raises(asyncrl.PolicyLoadError, match="written by a run trained with --eval-every") as err:
-        asyncrl.load_policy(cfg.run_dir, best=True)
+        asyncrl.load_policy(str(run), best=True)
     assert "\n" not in str(err.value)
+    assert enjoy.main([str(run), "--best"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
