@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -130,7 +131,7 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     try:
         path, state = read_checkpoint(run_dir, device, best, warn=lambda msg: None)
     except CheckpointError as exc:
-        raise PolicyLoadError(str(exc)) from None
+        raise PolicyLoadError(str(exc) if best else f"{exc}; train the run first (asyncrl-train)") from None
     try:
         cfg = Config.from_dict(json.loads(state["config"]))
         spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict)
@@ -148,18 +149,13 @@ def read_checkpoint(run_dir: str, device: str, best: bool, warn) -> tuple[str, d
     from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
 
     if not best:
-        try:
-            return load_latest_checkpoint(run_dir, map_location=device, warn=warn)
-        except CheckpointError as exc:
-            if "refused to load" in str(exc):
-                raise
-            raise CheckpointError(f"{exc}; train the run first (asyncrl-train)") from None
+        return load_latest_checkpoint(run_dir, map_location=device, warn=warn)
     path = best_path(run_dir)
     if not os.path.exists(path):
         raise CheckpointError(f"no {path}: it is written by a run trained with --eval-every")
     try:
         return path, load_best(run_dir, map_location=device)
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"cannot read {path} ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
 
 
