@@ -328,9 +328,6 @@ class Config:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"--tau must be in (0, 1] (got {self.tau})")
-        if self.algo in ("sac", "td3", "redq") and self.eval_every:
-            raise ConfigError(f"--eval-every does not support --algo {self.algo} yet (its evaluator plays "
-                              f"actor-critic policies); leave it out")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -1,10 +1,12 @@
 """Exporting a trained policy: a self-contained module from raw observations to the policy head's output.
 
-`ExportedPolicy` (`asyncrl.policy.PolicyHead`, which `asyncrl.load_policy` uses too) maps a batch of raw
-observations (the env's dtype and shape, e.g. uint8 frames or float32 vectors) to action logits (discrete
-actions) or Gaussian action means (continuous ones), applying every preprocessing step the trained model
-applies: the running observation normaliser when the run used one (clipped to +-5), uint8 frames scaled to
-[0, 1] inside the CNN. It always computes in float32.
+The exported module is the run's algo's `ActingHead` (`asyncrl.learners.base`), which `asyncrl.load_policy`
+uses too. For APPO (`asyncrl.policy.PolicyHead`) it maps a batch of raw observations (the env's dtype and
+shape, e.g. uint8 frames or float32 vectors) to action logits (discrete actions) or Gaussian action means
+(continuous ones), applying every preprocessing step the trained model applies: the running observation
+normaliser when the run used one (clipped to +-5), uint8 frames scaled to [0, 1] inside the CNN. For SAC, TD3
+and REDQ (`asyncrl.learners.off_policy.OffPolicyHead`) it maps them to the greedy action within the action
+bounds. It always computes in float32.
 
 Beside the exported file go `<stem>.json` (observation shape and dtype, preprocessing, action space, what the
 outputs mean) and `<stem>.safetensors` (the exported module's weights and normaliser statistics).
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.policy import NORM_EPS, OBS_CLIP, LoadedRun, PolicyHead, PolicyLoadError, load_run_policy
+from asyncrl.policy import LoadedRun, PolicyHead, PolicyLoadError, load_run_policy
 
 FORMATS = ("torchscript", "onnx")
 ONNX_OPSET = 18
@@ -31,45 +33,30 @@ class ExportError(ValueError):
     """A run that cannot be exported; reported as one line with exit code 2."""
 
 
-ExportedPolicy = PolicyHead  # the exported module: raw observations -> logits or action means
+ExportedPolicy = PolicyHead  # APPO's exported module: raw observations -> logits or action means
 
 
 def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
     """The policy.json contents: how to feed the exported module and read its output."""
-    spec, model = run.spec, run.model
+    spec = run.spec
     image = len(spec.obs_shape) == 3
-    pre: list[dict[str, Any]] = []
-    if model.obs_normalizer is not None:
-        pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
-                    "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
-                    "applied_inside_model": True})
-    if image:
-        pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True})
     if spec.multi_discrete:
         action = {"type": "multi_discrete", "nvec": list(spec.nvec),
                   "start": [int(v) for v in spec.action_space.start]}
-        output = {"name": "logits", "shape": ["N", spec.num_actions],
-                  "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
-                             "the greedy action is the argmax within each component, plus start"}
     elif spec.discrete:
         action = {"type": "discrete", "n": spec.num_actions}
-        output = {"name": "logits", "shape": ["N", spec.num_actions],
-                  "meaning": "unnormalised log-probabilities of each action; argmax is the greedy action, "
-                             "softmax the policy's probabilities"}
     else:
         box = spec.action_space
         action = {"type": "box", "shape": list(spec.action_shape), "low": _finite_list(box.low),
                   "high": _finite_list(box.high)}
-        output = {"name": "action_mean", "shape": ["N", spec.num_actions],
-                  "meaning": "means of the diagonal Gaussian policy (the greedy action, before clipping to the "
-                             "action bounds); std = exp(log_std) from the weights file",
-                  "log_std": model.log_std.detach().float().tolist()}
+    head = run.head.describe()
     return {
-        "env": spec.name, "checkpoint": run.checkpoint, "policy_version": run.version,
+        "env": spec.name, "algo": run.config.get("algo", "appo"), "checkpoint": run.checkpoint,
+        "policy_version": run.version,
         "input": {"name": "obs", "shape": ["N", *spec.obs_shape], "dtype": np.dtype(spec.obs_dtype).name,
                   "meaning": "raw observations as the env returns them" + (
                       " (stacked grayscale frames, channels first)" if image else "")},
-        "preprocessing": pre, "action_space": action, "output": output, "files": exported,
+        "preprocessing": head["preprocessing"], "action_space": action, "output": head["output"], "files": exported,
     }
 
 
@@ -78,15 +65,16 @@ def _finite_list(values: Any) -> list[float | None]:
     return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
-def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:
-    """Write the policy as `out` (TorchScript or ONNX) with `<stem>.json` and `<stem>.safetensors` beside it."""
+def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[str, str]:
+    """Write the policy as `out` (TorchScript or ONNX) with `<stem>.json` and `<stem>.safetensors` beside it;
+    from the newest good checkpoint, or with `best` from checkpoints/best.pt."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}")
     try:
-        run = load_run_policy(run_dir)
+        run = load_run_policy(run_dir, best=best)
     except PolicyLoadError as exc:
         raise ExportError(str(exc)) from None
-    policy = ExportedPolicy(run.model).eval()
+    policy = run.head
     example = torch.from_numpy(np.zeros((2, *run.spec.obs_shape), dtype=run.spec.obs_dtype))
     stem = os.path.splitext(out)[0]
     paths = {fmt: out, "json": stem + ".json", "safetensors": stem + ".safetensors"}
@@ -97,8 +85,7 @@ def export_policy(run_dir: str, fmt: str, out: str) -> dict[str, str]:
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still loadable
                 torch.jit.save(torch.jit.trace(policy, example), out)
         else:
-            _export_onnx(policy, example, out, "logits" if run.spec.discrete or run.spec.multi_discrete
-                         else "action_mean")
+            _export_onnx(policy, example, out, policy.output_name)
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, paths["safetensors"],

@@ -1,16 +1,19 @@
 """A trained policy as a torch module, loaded from a run directory.
 
 `load_policy(RUN_DIR)` returns a `Policy`: raw env observations (numpy or tensor, one or a batch) -> actions,
-greedy by default, sampled with `sample=True`. `PolicyHead` (raw observations -> the policy head's output,
-with the observation normaliser and preprocessing inside) is also what `asyncrl-export` writes to a file.
+greedy by default, sampled with `sample=True`. The run's `algo` says which module its checkpoint holds and under
+which key (`asyncrl.learners.registry.published_policy`), and how to act with it (its `ActingHead`, which is also
+what `asyncrl-export` writes to a file). `PolicyHead` is APPO's: raw observations -> the policy head's output,
+with the observation normaliser and preprocessing inside.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +21,9 @@ from torch import nn
 
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import ActorCritic, MultiCategorical
+
+if TYPE_CHECKING:
+    from asyncrl.learners.base import ActingHead
 
 OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
 NORM_EPS = 1e-8
@@ -28,16 +34,19 @@ class PolicyLoadError(ValueError):
 
 
 class PolicyHead(nn.Module):
-    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32).
+    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32): APPO's `ActingHead`.
 
     Everything the trained model does to an observation is inside: the running observation normaliser when
     the run used one (clipped to +-5), the CNN's `/ 255` scaling of uint8 frames. It computes in float32.
+    Greedy actions are the most likely action (discrete) or the Gaussian mean clipped to the action bounds.
     """
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, spec: EnvSpec):
         super().__init__()
         self.encoder = model.encoder
         self.policy_head = model.policy_head
+        self.spec = spec
+        self.output_name = "logits" if spec.discrete or spec.multi_discrete else "action_mean"
         norm = model.obs_normalizer
         self.normalize = norm is not None
         shape = norm.shape if norm is not None else (1,)
@@ -46,6 +55,9 @@ class PolicyHead(nn.Module):
         self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
         if not (model.discrete or model.nvec):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
+            box = spec.action_space  # not saved with the weights: the exported files describe the bounds
+            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)), persistent=False)
+            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.normalize:
@@ -53,45 +65,120 @@ class PolicyHead(nn.Module):
             obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
         return self.policy_head(self.encoder(obs))
 
+    def actions(self, obs: torch.Tensor, sample: bool) -> torch.Tensor:
+        out = self(obs)
+        return self._sample(out) if sample else self._greedy(out)
+
+    def _greedy(self, out: torch.Tensor) -> torch.Tensor:
+        if self.spec.discrete:
+            return out.argmax(-1)
+        if self.spec.multi_discrete:  # the most likely choice of each component
+            return MultiCategorical(out, self.spec.nvec).mode
+        return torch.clamp(out, self.action_low, self.action_high)
+
+    def _sample(self, out: torch.Tensor) -> torch.Tensor:
+        if self.spec.discrete:
+            return torch.distributions.Categorical(logits=out).sample()
+        if self.spec.multi_discrete:
+            return MultiCategorical(out, self.spec.nvec).sample()
+        noisy = out + self.log_std.exp() * torch.randn_like(out)
+        return torch.clamp(noisy, self.action_low, self.action_high)
+
+    def describe(self) -> dict[str, Any]:
+        spec = self.spec
+        pre: list[dict[str, Any]] = []
+        if self.normalize:
+            pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
+                        "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
+                        "applied_inside_model": True})
+        if len(spec.obs_shape) == 3:
+            pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True})
+        if spec.multi_discrete:
+            output = {"name": "logits", "shape": ["N", spec.num_actions],
+                      "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
+                                 "the greedy action is the argmax within each component, plus start"}
+        elif spec.discrete:
+            output = {"name": "logits", "shape": ["N", spec.num_actions],
+                      "meaning": "unnormalised log-probabilities of each action; argmax is the greedy action, "
+                                 "softmax the policy's probabilities"}
+        else:
+            output = {"name": "action_mean", "shape": ["N", spec.num_actions],
+                      "meaning": "means of the diagonal Gaussian policy (the greedy action, before clipping to the "
+                                 "action bounds); std = exp(log_std) from the weights file",
+                      "log_std": self.log_std.tolist()}
+        return {"preprocessing": pre, "output": output}
+
 
 @dataclass
 class LoadedRun:
-    model: ActorCritic
+    model: nn.Module  # the published policy module (`build_policy` of the run's algo) with the checkpoint's weights
+    head: ActingHead
     spec: EnvSpec
     config: dict[str, Any]
     checkpoint: str
     version: Any
 
 
-def load_run_policy(run_dir: str, device: str = "cpu") -> LoadedRun:
-    """The run's model from its latest good checkpoint, in float32 and eval mode."""
+def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> LoadedRun:
+    """The run's policy from its latest good checkpoint (`best`: from checkpoints/best.pt), float32, eval mode."""
     from asyncrl.config import Config
     from asyncrl.envs.base import EnvError
     from asyncrl.envs.registry import make_env_spec
-    from asyncrl.models.actor_critic import build_model
-    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+    from asyncrl.runtime.checkpoint import CheckpointError
 
     if not os.path.isdir(run_dir):
         raise PolicyLoadError(f"no run directory {run_dir}")
     try:
-        path, state = load_latest_checkpoint(run_dir, map_location=device, warn=lambda msg: None)
+        path, state = read_checkpoint(run_dir, device, best, warn=lambda msg: None)
     except CheckpointError as exc:
-        raise PolicyLoadError(f"{exc}; train the run first (asyncrl-train)") from None
+        raise PolicyLoadError(str(exc) if best else f"{exc}; train the run first (asyncrl-train)") from None
     try:
-        config = json.loads(state["config"])
-        cfg = Config.from_dict(config)
+        cfg = Config.from_dict(json.loads(state["config"]))
         spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict)
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
     except EnvError as exc:
         raise PolicyLoadError(f"cannot build the env {cfg.env!r} to size the model: {exc}") from None
-    model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+    return restore_policy(state, path, spec, device)
+
+
+def read_checkpoint(run_dir: str, device: str, best: bool, warn) -> tuple[str, dict[str, Any]]:
+    """(path, state) of the run's newest good checkpoint, or of checkpoints/best.pt with `best`; CheckpointError
+    (one line, what to do) when there is none."""
+    from asyncrl.runtime.best_checkpoint import best_path, load_best
+    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+
+    if not best:
+        return load_latest_checkpoint(run_dir, map_location=device, warn=warn)
+    path = best_path(run_dir)
+    if not os.path.exists(path):
+        raise CheckpointError(f"no {path}: it is written by a run trained with --eval-every")
     try:
-        model.load_state_dict(state["learner"]["model"])
-    except (RuntimeError, KeyError) as exc:
+        return path, load_best(run_dir, map_location=device)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        raise CheckpointError(f"cannot read {path} ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
+
+
+def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str = "cpu") -> LoadedRun:
+    """The policy a checkpoint's `learner` state holds, as the run's algo publishes it (`asyncrl.learners`)."""
+    from asyncrl.config import Config, ConfigError
+    from asyncrl.learners.registry import published_policy
+
+    try:
+        config = json.loads(state["config"])
+        cfg = Config.from_dict(config)
+        published = published_policy(cfg.algo)
+    except (KeyError, TypeError, json.JSONDecodeError, ConfigError) as exc:
+        raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
+    policy = published.build_policy(spec, cfg, torch.device(device))
+    try:
+        policy.load_state_dict(state["learner"][published.policy_state_key])
+    except (RuntimeError, KeyError, TypeError) as exc:
         raise PolicyLoadError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}"
                               ) from None
-    return LoadedRun(model.eval(), spec, config, path, state["learner"].get("version"))
+    policy.eval()
+    head = published.policy_head(policy, spec)
+    return LoadedRun(policy, head.eval(), spec, config, path, state["learner"].get("version"))
 
 
 class Policy(nn.Module):
@@ -99,13 +186,15 @@ class Policy(nn.Module):
 
     Takes one observation (the env's observation shape) or a batch of them (a leading batch dimension), as a
     numpy array or a tensor, and returns actions of the same kind: a numpy array (a numpy scalar for one
-    discrete action) for numpy input, a tensor for tensor input. Greedy actions are the most likely action
-    (discrete) or the Gaussian mean clipped to the action bounds (continuous).
+    discrete action) for numpy input, a tensor for tensor input. Greedy and sampled actions are the run's
+    algo's (`ActingHead.actions`): for APPO the most likely action (discrete) or the Gaussian mean clipped to
+    the action bounds (continuous); for SAC and REDQ `center + half_range tanh(mean)`, for TD3 the deterministic
+    actor's action.
     """
 
     def __init__(self, run: LoadedRun, sample: bool = False):
         super().__init__()
-        self.head = PolicyHead(run.model)
+        self.head = run.head
         self.spec = run.spec
         self.sample = sample
         self.checkpoint, self.version, self.config = run.checkpoint, run.version, run.config
@@ -113,10 +202,6 @@ class Policy(nn.Module):
         if run.spec.channels_last:  # takes the env's (H, W, C) images, as gymnasium returns them
             self.obs_shape = (*self.obs_shape[1:], self.obs_shape[0])
         self.obs_dtype = np.dtype(run.spec.obs_dtype)
-        if not (run.spec.discrete or run.spec.multi_discrete):
-            box = run.spec.action_space
-            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)))
-            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)))
 
     @property
     def discrete(self) -> bool:
@@ -124,10 +209,11 @@ class Policy(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.head.obs_mean.device
+        return next(self.head.buffers()).device
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy head's output for a batch of raw observations: logits, or Gaussian means."""
+        """The policy head's output for a batch of raw observations (what `asyncrl-export` writes): logits or
+        Gaussian means (APPO), the greedy action (SAC, TD3, REDQ)."""
         return self.head(obs)
 
     @torch.no_grad()
@@ -139,8 +225,8 @@ class Policy(nn.Module):
             raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
                              f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
         x = x.unsqueeze(0) if single else x
-        out = self.head(x.permute(0, 3, 1, 2) if self.spec.channels_last else x)
-        actions = self._sample(out) if (self.sample if sample is None else sample) else self._greedy(out)
+        actions = self.head.actions(x.permute(0, 3, 1, 2) if self.spec.channels_last else x,
+                                    self.sample if sample is None else sample)
         if single:
             actions = actions[0]
         if not as_numpy:
@@ -148,28 +234,14 @@ class Policy(nn.Module):
         actions = actions.cpu().numpy()
         return actions[()] if actions.ndim == 0 else actions  # one discrete action: a numpy scalar
 
-    def _greedy(self, out: torch.Tensor) -> torch.Tensor:
-        if self.discrete:
-            return out.argmax(-1)
-        if self.spec.multi_discrete:  # the most likely choice of each component
-            return MultiCategorical(out, self.spec.nvec).mode
-        return torch.clamp(out, self.action_low, self.action_high)
 
-    def _sample(self, out: torch.Tensor) -> torch.Tensor:
-        if self.discrete:
-            return torch.distributions.Categorical(logits=out).sample()
-        if self.spec.multi_discrete:
-            return MultiCategorical(out, self.spec.nvec).sample()
-        noisy = out + self.head.log_std.exp() * torch.randn_like(out)
-        return torch.clamp(noisy, self.action_low, self.action_high)
-
-
-def load_policy(run_dir: str, sample: bool = False, device: str = "cpu") -> Policy:
-    """The policy of the run's newest good checkpoint, in eval mode: `policy(obs) -> action`.
+def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: bool = False) -> Policy:
+    """The policy of the run's newest good checkpoint (`best`: of checkpoints/best.pt, the best evaluation of a
+    run trained with --eval-every), in eval mode: `policy(obs) -> action`. Any `--algo`.
 
     `obs` are raw observations as asyncrl's env for the run returns them (for gymnasium ids, what
     `gymnasium.make(id)` returns; for `atari_<game>`, stacked 84x84 grayscale frames, channels first).
     `sample=True` samples actions from the policy's distribution instead of taking the most likely one;
     `policy(obs, sample=...)` overrides it per call. Raises PolicyLoadError if the run has no usable policy.
     """
-    return Policy(load_run_policy(run_dir, device), sample).eval()
+    return Policy(load_run_policy(run_dir, device, best), sample).eval()

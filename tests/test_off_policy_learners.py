@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.config import Config, ConfigError
+from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.learners import registry
 from asyncrl.learners.base import Learner
@@ -164,11 +164,6 @@ def test_discrete_action_spaces_are_refused_in_one_line(env: str, algo: str, mes
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
-
-
-def test_evaluation_is_refused_for_off_policy_learners() -> None:
-    with pytest.raises(ConfigError, match="--eval-every does not support --algo sac"):
-        Config(env="Pendulum-v1", algo="sac", eval_every=1000).resolve().validate()
 
 
 def test_a_replay_buffer_above_the_ram_is_refused(tmp_path) -> None:

@@ -25,16 +25,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                         "own rendering (Atari: the full-colour screen), or its "
                                                         "observations if it cannot render")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: %(default)s)")
-    parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    parser.add_argument("--greedy", action="store_true", help="take the most likely action (the Gaussian mean; for "
+                                                              "SAC the tanh of the mean, for TD3 the deterministic "
+                                                              "actor) instead of sampling as in training")
+    parser.add_argument("--best", action="store_true", help="play checkpoints/best.pt (the best evaluation of a run "
+                                                            "trained with --eval-every), not the newest checkpoint")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, default=100_000, help="cut an episode after this many agent "
                                                                          "steps (default: %(default)s)")
     return parser.parse_args(argv)
 
 
-def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -> tuple[list[float], list[np.ndarray]]:
+def play(head, env, args: argparse.Namespace, screens: Screens | None = None) -> tuple[list[float], list[np.ndarray]]:
     """Scores of `args.episodes` full episodes, and the first episode's frames (from `screens`) when a video is
-    wanted."""
+    wanted. `head` is the run's `asyncrl.learners.base.ActingHead`: it picks the actions the env receives."""
     import torch
 
     spec = env.spec
@@ -47,16 +51,14 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
         screens.reset(args.seed)
         if screens.note:
             print(f"asyncrl-enjoy: {screens.note}")
-    device = next(model.parameters()).device
+    device = next(head.buffers()).device
     scores, frames, steps, score = [], [], 0, 0.0
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
         if recording:
             frames.append(screens.frame(obs[0]))
         with torch.no_grad():
-            policy_out, _ = model(torch.from_numpy(obs).to(device))
-            dist = model.distribution(policy_out)
-            act = dist.mode if args.greedy else dist.sample()  # greedy: argmax (per component), or the mean
+            act = head.actions(torch.from_numpy(obs).to(device), sample=not args.greedy)
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
         if recording:
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         require_dir(args.run_dir)
         if args.video:
             check_video_path(args.video)
-        model, env = load(args)
+        head, env = load(args)
     except (RunDirError, VideoError, EnvError) as exc:
         print(f"asyncrl-enjoy: error: {exc}", file=sys.stderr)
         return 2
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.video:
             screens = screens_for(env, env.spec.name)
-        scores, frames = play(model, env, args, screens)
+        scores, frames = play(head, env, args, screens)
     finally:
         env.close()
         if screens is not None:
@@ -101,13 +103,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load(args: argparse.Namespace):
-    """The model from the latest good checkpoint (eval mode) and a one-env eval-mode vector env."""
+    """The run's acting head (eval mode; the run's `algo` says how to build it) from the latest good checkpoint,
+    or from checkpoints/best.pt with `--best`, and a one-env eval-mode vector env."""
     import torch
 
     from asyncrl.config import Config
     from asyncrl.envs.registry import make_vec_env
-    from asyncrl.models.actor_critic import build_model
-    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+    from asyncrl.policy import PolicyLoadError, read_checkpoint, restore_policy
+    from asyncrl.runtime.checkpoint import CheckpointError
 
     torch.set_num_threads(1)  # batch-1 inference: more threads only spin, badly so on a busy machine
     device = args.device
@@ -116,21 +119,20 @@ def load(args: argparse.Namespace):
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise RunDirError("--device cuda: no CUDA device is available; use --device cpu")
     try:
-        path, state = load_latest_checkpoint(args.run_dir, map_location=device,
-                                             warn=lambda msg: print(f"asyncrl-enjoy: {msg}", file=sys.stderr))
+        path, state = read_checkpoint(args.run_dir, device, args.best,
+                                      warn=lambda msg: print(f"asyncrl-enjoy: {msg}", file=sys.stderr))
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
     env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
                        env_kwargs=cfg.env_kwargs_dict)
-    model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
     try:
-        model.load_state_dict(state["learner"]["model"])
-    except (RuntimeError, KeyError) as exc:
+        run = restore_policy(state, path, env.spec, device)
+    except PolicyLoadError as exc:
         env.close()
-        raise RunDirError(f"{path} does not match the model for {env.spec.name}: {str(exc).splitlines()[0]}") from None
+        raise RunDirError(str(exc)) from None
     print(f"asyncrl-enjoy: {path} (policy version {state['learner'].get('version', '?')}) on {env.spec.name}")
-    return model.eval(), env
+    return run.head, env
 
 
 if __name__ == "__main__":

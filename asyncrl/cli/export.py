@@ -13,6 +13,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, metavar="FILE",
                         help="the model file; FILE's stem + .json (how to use it) and + .safetensors (weights) "
                              "are written beside it")
+    parser.add_argument("--best", action="store_true", help="export checkpoints/best.pt (the best evaluation of a "
+                                                            "run trained with --eval-every), not the newest "
+                                                            "checkpoint")
     return parser.parse_args(argv)
 
 
@@ -25,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        paths = export_policy(args.run_dir, args.format, args.out)
+        paths = export_policy(args.run_dir, args.format, args.out, args.best)
     except ExportError as exc:
         print(f"asyncrl-export: error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from asyncrl.learners.batch import Batch
 from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.actor_critic import ActorCritic, build_model
 from asyncrl.models.precision import resolve_precision
+from asyncrl.policy import PolicyHead
 
 
 class APPOLearner:
@@ -33,6 +34,7 @@ class APPOLearner:
     Satisfies `asyncrl.learners.base.Learner`; publishes the whole ActorCritic (the policy workers act with it).
     """
 
+    policy_state_key = "model"  # `state_dict()["model"]` is `policy_module()`'s state (checkpoints, best.pt)
     stat_names = ("policy_loss", "value_loss", "entropy", "kl", "grad_norm", "clip_fraction", "policy_lag_mean",
                   "policy_lag_max", "learning_rate", "nonfinite_updates")
 
@@ -64,6 +66,10 @@ class APPOLearner:
         model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
         model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
         return model
+
+    @staticmethod
+    def policy_head(policy: ActorCritic, spec: EnvSpec) -> PolicyHead:
+        return PolicyHead(policy, spec).eval()
 
     def policy_module(self) -> torch.nn.Module:
         return self.model

@@ -74,3 +74,40 @@ class Learner(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ActingHead(Protocol):
+    """A published policy as the checkpoint consumers run it (`asyncrl.load_policy`, `asyncrl-enjoy`,
+    `asyncrl-export`): a module from raw observations `[N, *obs_shape]` (the env's dtype) to `output_name`.
+
+    - `forward(obs)`: what `asyncrl-export` writes to a file (TorchScript, ONNX); traceable, float32 out.
+    - `actions(obs, sample)`: the env actions for a batch, greedy or sampled as the policy workers sample them.
+    - `describe()`: policy.json's `preprocessing` (a list) and `output` (a dict) entries for `forward`'s output.
+    """
+
+    output_name: str
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def actions(self, obs: torch.Tensor, sample: bool) -> torch.Tensor: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class PublishedPolicy(Protocol):
+    """What a learner class tells everything that reads a run's checkpoints about the policy it publishes.
+
+    The consumers (`asyncrl.policy`, `asyncrl.export`, `asyncrl-enjoy`, `runtime/best_checkpoint.py`) look the
+    class up by the run's `algo` (`asyncrl.learners.registry.published_policy`) and build the policy with
+    `build_policy`, load `state_dict()[policy_state_key]` into it and run it through `policy_head`.
+    """
+
+    policy_state_key: str  # the key of `Learner.state_dict()` holding `policy_module().state_dict()`
+
+    @staticmethod
+    def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> torch.nn.Module: ...
+
+    @staticmethod
+    def policy_head(policy: torch.nn.Module, spec: EnvSpec) -> ActingHead:
+        """`policy` (as `build_policy` makes it, with a checkpoint's weights) as an eval-mode `ActingHead`."""
+        ...

@@ -80,12 +80,51 @@ class OffPolicyActor(nn.Module):
             u = torch.rand(n, *self.net.center.shape, device=obs.device)
             logp = -torch.log(2 * self.net.half_range).sum().expand(n)
             return self.low + 2 * self.net.half_range * u, logp
+        return self.explore(obs)
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`act` once the warm-up is over: a tanh-Gaussian sample, or (TD3) the mean plus exploration noise."""
+        n = obs.shape[0]
         if self.deterministic:
             action, _ = self.net(obs, deterministic=True)
             noise = torch.randn_like(action) * self.exploration_noise * self.net.half_range
             return torch.maximum(torch.minimum(action + noise, self.high), self.low), torch.zeros(n, device=obs.device)
         action, logp = self.net(obs)
         return torch.maximum(torch.minimum(action, self.high), self.low), logp
+
+
+class OffPolicyHead(nn.Module):
+    """An `OffPolicyActor` as the checkpoint consumers run it (`asyncrl.learners.base.ActingHead`).
+
+    `forward(obs)` (what `asyncrl-export` writes) is the greedy action, already within the action bounds:
+    `center + half_range tanh(mean)` (for TD3 the deterministic actor). `actions(obs, sample=True)` acts as the
+    policy workers do after the warm-up (`OffPolicyActor.explore`): a tanh-Gaussian sample (SAC, REDQ), or
+    the mean plus `--exploration-noise` (TD3), clipped to the bounds.
+    """
+
+    output_name = "action"
+
+    def __init__(self, actor: OffPolicyActor, spec: EnvSpec):
+        super().__init__()
+        self.actor = actor
+        self.spec = spec
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor.net.greedy(obs)
+
+    @torch.no_grad()
+    def actions(self, obs: torch.Tensor, sample: bool) -> torch.Tensor:
+        return self.actor.explore(obs)[0] if sample else self(obs)
+
+    def describe(self) -> dict:
+        how = ("the deterministic actor's action (TD3; training adds Gaussian noise of exploration_noise half "
+               "ranges)" if self.actor.deterministic else "the tanh of the Gaussian mean (SAC, REDQ; training "
+               "samples u ~ N(mean, exp(log_std)) with the actor.net.log_std layer from the weights file)")
+        return {"preprocessing": [],
+                "output": {"name": self.output_name, "shape": ["N", self.spec.num_actions],
+                           "meaning": f"the greedy action center + half_range * tanh(mean), within the action "
+                                      f"bounds (the env takes it as is): {how}"}}
 
 
 class OffPolicyLearner:
@@ -96,6 +135,7 @@ class OffPolicyLearner:
 
     num_critics = 2
     deterministic_actor = False
+    policy_state_key = "actor"  # `state_dict()["actor"]` is `policy_module()`'s state (checkpoints, best.pt)
     stat_names = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy", "replay_size", "utd_achieved",
                   "sample_age_mean", "sample_lag_mean", "policy_lag_mean", "policy_lag_max", "updates")
 
@@ -135,6 +175,10 @@ class OffPolicyLearner:
     @classmethod
     def build_policy(cls, spec: EnvSpec, cfg: Config, device: torch.device) -> OffPolicyActor:
         return OffPolicyActor(spec, cfg.hidden_size, cls.deterministic_actor, cfg.exploration_noise).to(device)
+
+    @staticmethod
+    def policy_head(policy: OffPolicyActor, spec: EnvSpec) -> OffPolicyHead:
+        return OffPolicyHead(policy, spec).eval()
 
     def policy_module(self) -> torch.nn.Module:
         return self.actor

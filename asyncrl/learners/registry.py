@@ -15,7 +15,7 @@ from asyncrl.envs.base import EnvSpec
 if TYPE_CHECKING:
     import torch
 
-    from asyncrl.learners.base import Learner
+    from asyncrl.learners.base import Learner, PublishedPolicy
 
 LEARNERS: dict[str, Any] = {
     "appo": "asyncrl.learners.appo:APPOLearner",
@@ -60,6 +60,11 @@ def learner_class(name: str) -> type[Learner]:
         module, _, cls = entry.partition(":")
         entry = getattr(importlib.import_module(module), cls)
     return entry
+
+
+def published_policy(name: str) -> type[PublishedPolicy]:
+    """How a run of `--algo name` publishes and checkpoints its policy (a ConfigError for an unknown name)."""
+    return learner_class(name)  # type: ignore[return-value]
 
 
 def make_learner(cfg: Config, spec: EnvSpec, device: torch.device) -> Learner:

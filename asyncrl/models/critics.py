@@ -83,6 +83,11 @@ class TanhGaussianActor(nn.Module):
         self.register_buffer("center", (high_t + low_t) / 2)
         self.register_buffer("half_range", (high_t - low_t) / 2)
 
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action [B, A] `center + half_range tanh(mean)`: `forward(obs, deterministic=True)`'s
+        action, without the log-prob (what an exported policy computes)."""
+        return self.center + self.half_range * torch.tanh(self.mean(self.trunk(obs.float().flatten(1))))
+
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(action [B, A], log pi(action|obs) [B]); reparameterised, so gradients flow through the action."""
         features = self.trunk(obs.float().flatten(1))

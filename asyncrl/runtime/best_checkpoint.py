@@ -1,7 +1,9 @@
 """`checkpoints/best.pt`: the weights with the best greedy evaluation return so far (`--eval-every`).
 
-Same layout as a training checkpoint where it matters (`learner.model`, `learner.version`, `config`, `env`), so
-`asyncrl-enjoy --best` and `torch.load` read it like one; it holds only tensors, numbers and strings, so
+Same layout as a training checkpoint where it matters (`learner.<key>`, `learner.version`, `config`, `env`, where
+`<key>` is where the run's algo keeps its published policy: `model` for APPO, `actor` for SAC, TD3 and REDQ), so
+`asyncrl-enjoy --best`, `asyncrl-export --best`, `asyncrl.load_policy(..., best=True)` and `torch.load` read it
+like one; it holds only tensors, numbers and strings, so
 `torch.load(..., weights_only=True)` opens it. Its name does not match `ckpt_*.pt`, so `--resume` never takes it
 for the latest checkpoint and `--keep-checkpoints` never prunes it. Written atomically (temp file, fsync,
 rename), so a kill mid-write leaves the previous best in place.
@@ -24,11 +26,15 @@ def best_path(run_dir: str) -> str:
 
 
 def save_best(cfg: Config, model, version: int, frames: int, return_mean: float, return_std: float) -> str:
-    """Write `model`'s weights (as evaluated at policy `version`, `frames`) as best.pt; return the path."""
+    """Write `model`'s weights (the published policy, as evaluated at policy `version`, `frames`) as best.pt
+    under the key the run's algo checkpoints it under; return the path."""
     import torch
 
+    from asyncrl.learners.registry import published_policy
+
+    key = published_policy(cfg.algo).policy_state_key
     state: dict[str, Any] = {
-        "learner": {"model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "learner": {key: {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                     "version": int(version)},
         "config": cfg.to_json(),
         "env": cfg.env,

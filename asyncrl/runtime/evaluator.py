@@ -1,8 +1,9 @@
 """Evaluation process (`asyncrl-eval`, `--eval-every`): scores the latest published weights on envs of its own.
 
 When the runner asks (`runtime/eval_schedule.py`), it loads the learner's newest weights through the same
-seqlock reader as the policy workers, plays `--eval-episodes` whole episodes with greedy actions (argmax, or
-the Gaussian mean) and as many with sampled actions, and reports the returns on the reports queue. Atari envs
+seqlock reader as the policy workers, plays `--eval-episodes` whole episodes with greedy actions (argmax, the
+Gaussian mean, or an off-policy actor's greedy action) and as many with actions sampled as the policy workers
+sample them (`act`), and reports the returns on the reports queue. Atari envs
 are in eval mode (whole games, raw scores). The best weights by greedy return so far are kept as
 `checkpoints/best.pt` (`runtime/best_checkpoint.py`); with `--eval-video` one greedy episode per evaluation is
 written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard).
@@ -126,11 +127,11 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
             if finished.all() or not alive():
                 break
             with torch.inference_mode():
-                policy_out, _ = model(torch.from_numpy(obs))
-                if greedy:
+                if greedy:  # the published module's forward: logits or Gaussian means, or the greedy action
+                    policy_out, _ = model(torch.from_numpy(obs))
                     act = policy_out.argmax(-1) if spec.discrete else policy_out
-                else:
-                    act = model.distribution(policy_out).sample()
+                else:  # as the policy workers sample
+                    act, _ = model.act(torch.from_numpy(obs))
             actions[:] = act.numpy()
             step(actions, obs, reward, done)
             running = ~finished

@@ -1,0 +1,150 @@
+"""Off-policy checkpoints (--algo sac, td3, redq) in everything that reads a run's checkpoint: asyncrl.load_policy,
+asyncrl-export (TorchScript, ONNX), asyncrl-enjoy and checkpoints/best.pt. One short SAC run on Pendulum with
+--eval-every through the real processes; TD3 and REDQ checkpoints saved in process as the learner process saves
+them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import asyncrl
+from asyncrl.cli import enjoy
+from asyncrl.cli.export import main as export_main
+from asyncrl.config import Config
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.learners import registry
+from asyncrl.learners.batch import Batch
+from asyncrl.learners.off_policy import OffPolicyActor
+from asyncrl.runtime.best_checkpoint import best_path, load_best
+from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from tests.conftest import read_metrics, run_cli
+
+TOL = 1e-5
+SPEC = make_env_spec("Pendulum-v1")
+SAC_FLAGS = ["--env", "Pendulum-v1", "--algo", "sac", "--frames", "400", "--learning-starts", "200", "--hidden-size",
+             "32", "--eval-every", "400", "--eval-episodes", "1", "--report-interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    train_dir = tmp_path_factory.mktemp("sac")
+    done = run_cli([*SAC_FLAGS, "--experiment", "x"], train_dir, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return train_dir / "x"
+
+
+def saved_in_process(algo: str, train_dir: Path) -> Path:
+    """A run directory whose checkpoint a learner wrote after some updates on random Pendulum transitions."""
+    cfg = Config(env="Pendulum-v1", algo=algo, hidden_size=32, replay_size=1000, learning_starts=0, rollout=4,
+                 sac_batch_size=16, utd=1.0, train_dir=str(train_dir), experiment=algo).resolve()
+    learner = registry.make_learner(cfg, SPEC, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    t, b = 4, 3
+    batch = Batch(obs=torch.randn(t + 1, b, 3, generator=g), actions=torch.rand(t, b, 1, generator=g) * 4 - 2,
+                  behaviour_logp=torch.zeros(t, b), rewards=torch.randn(t, b, generator=g),
+                  terminated=torch.zeros(t, b, dtype=torch.bool), truncated=torch.zeros(t, b, dtype=torch.bool),
+                  final_obs=torch.zeros(b, 3), final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.long),
+                  valid=torch.ones(t, b, dtype=torch.bool))
+    assert learner.train(batch, 0)["updates"] > 0
+    save_checkpoint(cfg.run_dir, learner.version, {"learner": learner.state_dict(), "env_steps": t * b,
+                                                   "config": cfg.to_json(), "env": cfg.env}, keep=1)
+    return Path(cfg.run_dir)
+
+
+@pytest.fixture(scope="module", params=["sac", "td3", "redq"])
+def run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if request.param == "sac":
+        return request.getfixturevalue("sac_run")
+    return saved_in_process(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def observations(n: int = 64, seed: int = 0) -> np.ndarray:
+    """Pendulum observations (cos, sin, angular velocity), some beyond the ranges the env produces."""
+    return (np.random.default_rng(seed).standard_normal((n, 3)) * [1.0, 1.0, 8.0]).astype(np.float32)
+
+
+def published_actor(state: dict) -> OffPolicyActor:
+    """The actor the learner publishes, restored by the learner itself from the checkpoint's full state."""
+    cfg = Config.from_dict({**json.loads(state["config"]), "replay_size": 1000})
+    learner = registry.make_learner(cfg, SPEC, torch.device("cpu"))
+    learner.load_state_dict(state["learner"])
+    return learner.policy_module().eval()
+
+
+def test_load_policy_acts_as_the_published_actor(run_dir: Path) -> None:
+    policy = asyncrl.load_policy(str(run_dir))
+    path, state = load_latest_checkpoint(str(run_dir))
+    actor = published_actor(state)
+    assert float(actor.warmup) == 0.0 and policy.checkpoint == path and policy.version == state["learner"]["version"]
+    obs = observations()
+    with torch.no_grad():
+        greedy, _ = actor(torch.from_numpy(obs))
+    actions = policy(obs)
+    assert isinstance(actions, np.ndarray) and actions.shape == (64, 1) and np.abs(actions).max() <= 2.0
+    np.testing.assert_allclose(actions, greedy.numpy(), atol=1e-6, rtol=0)
+    assert policy(obs[5]).shape == (1,)
+    # Sampled actions are the policy workers': the same draws as the published actor's act() under one seed.
+    torch.manual_seed(3)
+    sampled = policy(torch.from_numpy(obs), sample=True)
+    torch.manual_seed(3)
+    expected, _ = actor.act(torch.from_numpy(obs))
+    torch.testing.assert_close(sampled, expected, atol=0, rtol=0)
+    assert sampled.abs().max() <= 2.0 and not torch.allclose(sampled, greedy)
+
+
+def test_export_round_trip_matches_the_loaded_policy(run_dir: Path, tmp_path: Path) -> None:
+    ts, onnx_path = tmp_path / "p.pt", tmp_path / "p.onnx"
+    assert export_main([str(run_dir), "--format", "torchscript", "--out", str(ts)]) == 0
+    assert export_main([str(run_dir), "--format", "onnx", "--out", str(onnx_path)]) == 0
+    obs = observations(9, seed=1)
+    expected = asyncrl.load_policy(str(run_dir))(obs)
+    np.testing.assert_allclose(torch.jit.load(str(ts))(torch.from_numpy(obs)).detach().numpy(), expected, atol=TOL,
+                               rtol=0)
+    (onnx_out,) = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"obs": obs})
+    np.testing.assert_allclose(onnx_out, expected, atol=TOL, rtol=0)
+    info = json.loads((tmp_path / "p.json").read_text())
+    _, state = load_latest_checkpoint(str(run_dir))
+    assert info["algo"] == json.loads(state["config"])["algo"] and info["preprocessing"] == []
+    assert info["action_space"] == {"type": "box", "shape": [1], "low": [-2.0], "high": [2.0]}
+    assert info["output"]["name"] == "action" and info["output"]["shape"] == ["N", 1]
+    weights = load_file(str(tmp_path / "p.safetensors"))
+    assert torch.equal(weights["actor.net.mean.weight"], state["learner"]["actor"]["net.mean.weight"])
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_enjoy_plays_a_pendulum_episode(run_dir: Path, greedy: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    assert enjoy.main([str(run_dir), "--episodes", "1", *(["--greedy"] if greedy else [])]) == 0
+    out = capsys.readouterr().out
+    assert "episode 1: score " in out and "(200 steps)" in out, out
+    score = float(out.split("episode 1: score ")[1].split()[0])
+    assert -2000 < score <= 0, out
+
+
+def test_best_checkpoint_of_an_eval_run_loads_through_load_policy(sac_run: Path) -> None:
+    evals = [r["eval_return_mean"] for r in read_metrics(sac_run) if "eval_return_mean" in r]
+    assert evals and np.isfinite(evals).all()
+    state = load_best(str(sac_run))
+    assert state["eval"]["return_mean"] == pytest.approx(max(evals))
+    policy = asyncrl.load_policy(str(sac_run), best=True)
+    assert policy.checkpoint == best_path(str(sac_run)) and policy.version == state["learner"]["version"]
+    actor = OffPolicyActor(SPEC, 32).eval()
+    actor.load_state_dict(state["learner"]["actor"])  # best.pt keeps the actor where a training checkpoint does
+    obs = observations(16, seed=2)
+    with torch.no_grad():
+        np.testing.assert_allclose(policy(obs), actor(torch.from_numpy(obs))[0].numpy(), atol=1e-6, rtol=0)
+
+
+def test_a_missing_best_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = saved_in_process("td3", tmp_path)
+    with pytest.raises(asyncrl.PolicyLoadError, match="written by a run trained with --eval-every") as err:
+        asyncrl.load_policy(str(run), best=True)
+    assert "\n" not in str(err.value)
+    assert enjoy.main([str(run), "--best"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
