@@ -113,12 +113,15 @@ def test_unsupported_spaces_are_named_in_one_line(name: str) -> None:
 def test_multi_discrete_learns_two_independent_choices(tmp_path: Path) -> None:
     """End to end through every process: a random policy earns ~4.7 of 16 per episode."""
     sys.path.insert(0, str(ROOT))
+    evaluate = ["--eval-every", "20000", "--eval-episodes", "2"]
     proc = run_cli(["--env", "tests.custom_env:TwoChoiceBandit", "--frames", "40000", "--seed", "0",
-                    "--report-interval", "1", "--experiment", "bandit"], tmp_path, timeout=300)
+                    "--report-interval", "1", "--experiment", "bandit", *evaluate], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = [json.loads(line) for line in (tmp_path / "bandit" / "metrics.jsonl").read_text().splitlines()]
     returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
     assert returns and max(returns) >= 15.0, returns
+    evals = [r["eval_return_mean"] for r in records if "eval_return_mean" in r]  # greedy: per-component argmax
+    assert evals and evals[-1] >= 15.0, evals
     policy = asyncrl.load_policy(str(tmp_path / "bandit"))
     assert policy(np.zeros(2, np.float32)).tolist() == [2, 2]  # greedy per component: indices of 3 and 2
     assert policy(np.zeros((5, 2), np.float32), sample=True).shape == (5, 2)

@@ -110,6 +110,8 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     """(return, length) of the first episode of each of `n` fresh envs, and env 0's frames when `record`."""
     import torch
 
+    from asyncrl.models.actor_critic import MultiCategorical
+
     env, render = _make_env(cfg, n, record)
     obs = np.zeros((n, *spec.obs_shape), dtype=spec.obs_dtype)
     reward, done = np.zeros(n, np.float32), np.zeros(n, np.bool_)
@@ -129,7 +131,12 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
             with torch.inference_mode():
                 if greedy:  # the published module's forward: logits or Gaussian means, or the greedy action
                     policy_out, _ = model(torch.from_numpy(obs))
-                    act = policy_out.argmax(-1) if spec.discrete else policy_out
+                    if spec.discrete:
+                        act = policy_out.argmax(-1)
+                    elif spec.multi_discrete:  # the most likely choice of each component
+                        act = MultiCategorical(policy_out, spec.nvec).mode
+                    else:
+                        act = policy_out
                 else:  # as the policy workers sample
                     act, _ = model.act(torch.from_numpy(obs))
             actions[:] = act.numpy()
