@@ -44,6 +44,8 @@ class Thresholds:
     memory_min_mb: float = 256.0  # growth in total RSS that counts as a leak (and 25% of the start)
     warmup_records: int = 2  # first records skipped by the trend detectors (start-up, allocations)
     progress_records: int = 10  # records with returns before "returns not rising" is judged
+    q_divergence: float = 0.5  # off-policy critics overestimating the observed returns by this fraction (0: off)
+    q_divergence_records: int = 3  # consecutive records above it before the alert
 
 
 def entropy_floor(discrete: bool, num_actions: int) -> float:
@@ -185,12 +187,29 @@ def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  "--entropy-coeff / lower --lr; otherwise tune hyperparameters or train longer (asyncrl-diagnose)")
 
 
+def q_divergence(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    """Off-policy critics whose estimates stay above the returns the replay data got (see algo/q_divergence)."""
+    window = records[-th.q_divergence_records:]
+    values = _series(window, "q_divergence")
+    if th.q_divergence <= 0 or len(window) < th.q_divergence_records or len(values) < len(window):
+        return None
+    if min(values) <= th.q_divergence:
+        return None
+    utd = records[-1].get("utd_achieved")
+    at_utd = f" at UTD {utd:.3g}" if _finite(utd) else ""
+    return Alert("q_divergence", f"critics overestimate the observed returns by {values[-1]:.0%}{at_utd} for "
+                 f"{len(values)} reports (q_divergence > {th.q_divergence:g}): the UTD is too high for the critics, "
+                 "they overfit the replay data",
+                 "lower --utd, use more critics with a min over a subset (--algo redq), add layer norm or "
+                 "weight decay to the critics, or reset them periodically")
+
+
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
     nonfinite, entropy_collapse, kl_high, grad_spike, value_exploding, fps_degrading, queue_growing,
-    memory_growing, returns_flat,
+    memory_growing, returns_flat, q_divergence,
 )
 CODES = ("nonfinite", "entropy_collapse", "kl_high", "grad_spike", "value_exploding", "fps_degrading",
-         "queue_growing", "memory_growing", "returns_flat")
+         "queue_growing", "memory_growing", "returns_flat", "q_divergence")
 
 
 def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Alert]:

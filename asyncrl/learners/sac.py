@@ -48,7 +48,7 @@ class SACLearner(OffPolicyLearner):
         self._step(self.alpha_optimizer, alpha_loss, _Params(self.log_alpha))
         self._soft_update_critic()
         return {"critic_loss": float(q_loss.detach()), "actor_loss": float(pi_loss.detach()), "alpha": float(alpha),
-                "q_mean": float(q.detach().mean()), "entropy": float(-logp.detach().mean())}, td_abs
+                "q_update_mean": float(q.detach().mean()), "entropy": float(-logp.detach().mean())}, td_abs
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone(),
