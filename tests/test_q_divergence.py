@@ -117,6 +117,7 @@ def test_divergence_is_the_relative_overestimate() -> None:
                                                                       "q_divergence": 1.0}
     assert divergence(np.array([-90.0]), np.array([-100.0]))["q_divergence"] == pytest.approx(0.1)
     assert divergence(np.array([0.5]), np.array([0.1]))["q_divergence"] == pytest.approx(0.4)  # scale floor 1
+    assert divergence(np.array([1.0, 1.0]), np.array([2.0, -2.0]))["q_divergence"] == 0.5  # mean |G|, not |mean G|
     assert divergence(np.array([]), np.array([])) == {}
 
 
