@@ -134,7 +134,7 @@ def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> Non
     first = learner.q_divergence_stats()
     assert set(first) == {"q_mean", "q_return_mean", "q_divergence"} and all(map(math.isfinite, first.values()))
     scale = (first["q_mean"] - first["q_return_mean"]) / first["q_divergence"]  # max(mean |G|, 1)
-    assert scale >= 1.0
+    assert scale >= 1.0 - 1e-9
     with torch.no_grad():
         learner.critic.layers[-1].bias += 10.0  # every critic 10 higher
     learner.check_rng = np.random.default_rng(0)  # the same transitions: their returns are exact (all terminated)

@@ -47,31 +47,36 @@ def episode_returns(rewards: np.ndarray, terminated: np.ndarray, truncated: np.n
     boot_weight = np.zeros(n)
     seg, step = np.divmod(indices, t_len)
     discount = np.ones(n)
+    pos = np.arange(t_len)
     active = np.arange(n)
-    for _ in range(max_steps):
+    for _ in range(max_steps // t_len + 1):  # one segment per pass, all samples at once
         if not len(active):
             break
         s, t = seg[active], step[active]
-        ok = sampleable[s, t]
-        active, s, t = active[ok], s[ok], t[ok]  # an unsampleable step (env error, lost final obs): left out
-        returns[active] += discount[active] * rewards[s, t]
-        discount[active] *= gamma
-        term, trunc = terminated[s, t], truncated[s, t]
-        complete[active[term]] = True
-        cut = trunc & ~term
-        cut_ids = active[cut]
+        rows = np.arange(len(active))
+        bad, term, trunc = ~sampleable[s], terminated[s], truncated[s]  # [m, T]
+        ahead = pos[None, :] >= t[:, None]
+        stop = (bad | term | trunc) & ahead
+        stops = stop.any(axis=1)
+        end = np.where(stops, stop.argmax(axis=1), t_len - 1)  # the last step of this pass
+        taken = ahead & (pos[None, :] <= end[:, None])
+        powers = gamma ** np.maximum(pos[None, :] - t[:, None], 0)
+        returns[active] += discount[active] * (rewards[s] * powers * taken).sum(axis=1)
+        discount[active] *= gamma ** (end - t + 1)
+        # an unsampleable step (env error, lost final obs) leaves the transition out; else an episode end
+        ended_bad = stops & bad[rows, end]
+        ended_term = stops & ~ended_bad & term[rows, end]
+        ended_cut = stops & ~ended_bad & ~ended_term
+        complete[active[ended_term]] = True
+        cut_ids = active[ended_cut]
         keep = discount[cut_ids] <= max_bootstrap_weight
         complete[cut_ids[keep]] = True
-        boot_index[cut_ids[keep]] = s[cut][keep] * t_len + t[cut][keep]
+        boot_index[cut_ids[keep]] = (s * t_len + end)[ended_cut][keep]
         boot_weight[cut_ids[keep]] = discount[cut_ids[keep]]
-        going = ~(term | trunc)
-        active, s, t = active[going], s[going], t[going]
-        at_end = t == t_len - 1
-        nxt = np.where(at_end, next_segment[s], s)
-        linked = nxt >= 0  # the env's next segment is not in the buffer (yet): left out
-        active = active[linked]
-        seg[active] = nxt[linked]
-        step[active] = np.where(at_end[linked], 0, t[linked] + 1)
+        nxt = next_segment[s[~stops]]
+        active = active[~stops][nxt >= 0]  # the env's next segment is not in the buffer (yet): left out
+        seg[active] = nxt[nxt >= 0]
+        step[active] = 0
     returns[~complete] = 0.0
     return returns, complete, boot_index, boot_weight
 
