@@ -55,7 +55,7 @@ from asyncrl.config import ConfigError
 from asyncrl.runtime.shared import SharedArrays
 
 DEFAULT_SEGMENT_LEN = 32
-MAX_OPEN_TAILS = 4096  # segments awaiting their env's next chunk (oldest dropped beyond this)
+MAX_OPEN_TAILS = 1024  # segments awaiting their env's next chunk (oldest dropped beyond this)
 FINAL_OBS_INTERVAL = 64  # default side-ring size: one final observation per this many transitions
 MEMORY_FRACTION = 0.8  # check_fits refuses buffers above this share of the available RAM
 
@@ -224,8 +224,8 @@ class ReplayBuffer:
 
     def _link(self, seg: np.ndarray, first_obs: np.ndarray, ended: np.ndarray) -> None:
         """Link each new column to the unique open tail whose last observation equals its first observation."""
-        tails = [(s, serial) for s, serial in self._open_tails if self.insert_index[s, 0] == serial
-                 and not np.isin(s, seg)]  # a tail overwritten by this chunk is gone
+        # a tail overwritten since (by this chunk too: its insert_index is already new) is gone
+        tails = [(s, serial) for s, serial in self._open_tails if self.insert_index[s, 0] == serial]
         if tails:
             tail_seg = np.array([s for s, _ in tails])
             last = self.obs[tail_seg, self.segment_len].reshape(len(tails), -1)
