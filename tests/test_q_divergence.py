@@ -174,3 +174,18 @@ def test_the_training_bound_verdict_names_the_replay_stages() -> None:
     verdict = classify(m)
     assert verdict is not None and verdict.kind == "training"
     assert "replay insert 2%, sample 15%, update 80%" in verdict.reason and "--utd" in verdict.remedy
+
+
+def test_the_alert_threshold_comes_from_the_flag_in_the_run_and_in_diagnose() -> None:
+    from asyncrl.config import Config, ConfigError
+    from asyncrl.diagnostics.monitor import RunMonitor
+    from asyncrl.diagnostics.report import thresholds
+    from asyncrl.envs.registry import make_env_spec
+
+    cfg = Config(env="Pendulum-v1", algo="sac", q_divergence_alert=0.2).resolve()
+    assert RunMonitor(cfg, make_env_spec("Pendulum-v1"), out=lambda *a, **k: None).thresholds.q_divergence == 0.2
+    assert thresholds({"q_divergence_alert": 0.2}).q_divergence == 0.2
+    assert thresholds({}).q_divergence == Thresholds().q_divergence
+    cfg.q_divergence_alert = -1.0
+    with pytest.raises(ConfigError, match="--q-divergence-alert must not be negative"):
+        cfg.validate()
