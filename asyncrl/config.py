@@ -139,7 +139,7 @@ class Config:
         "help": "sac/td3/redq: gradient updates per env step (0: the algorithm's, 1 for sac/td3, 20 for redq)"})
     q_divergence_alert: float = field(default=0.5, metadata={
         "help": "sac/td3/redq: warn when the critics' estimates exceed the observed returns by this fraction "
-                "(q_divergence) for 3 reports in a row (0: never)"})
+                "(q_divergence) in 3 checks in a row, after 1/((1-gamma) tau) updates (0: never)"})
     sac_batch_size: int = field(default=256, metadata={
         "help": "sac/td3/redq: transitions sampled from the replay buffer per gradient update"})
     tau: float = field(default=0.005, metadata={"help": "sac/td3/redq: Polyak rate of the target networks"})

@@ -11,7 +11,7 @@ import torch
 
 from asyncrl.algo.q_divergence import divergence, ensemble_estimate, episode_returns
 from asyncrl.diagnostics.bottleneck import classify
-from asyncrl.diagnostics.health import Thresholds, detect
+from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect
 from asyncrl.diagnostics.report import off_policy_section
 from asyncrl.diagnostics.tb_tags import tb_tag
 from asyncrl.replay.buffer import ReplayBuffer
@@ -67,6 +67,9 @@ def test_monte_carlo_returns_on_a_hand_built_buffer() -> None:
     # the critic may supply at most max_bootstrap_weight of the return: the cut step itself is then left out
     _, complete, boot, _ = returns_of(buf, [2, 9], max_bootstrap_weight=0.3)
     assert complete.tolist() == [True, False] and boot.tolist() == [9, -1]
+    # a soft critic's entropy bonus (here 1 per step) counts from the second step on
+    g, _, _, _ = returns_of(buf, [0, 7], bonus=np.ones_like(buf.rewards))
+    assert g.tolist() == [1 + (2 + 1) / 2 + (4 + 1) / 4 + (8 + 1) / 8, 8.0]
     # env 2 has not finished its episode: no return
     g, complete, _, _ = returns_of(buf, [4, 5, 10, 11])
     assert not complete.any() and (g == 0).all()
@@ -128,8 +131,11 @@ def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> Non
     first_slot, second_slot = make_batch(seed=0), make_batch(seed=1)  # the same 4 envs, one slot after the other
     second_slot.obs[0] = first_slot.obs[-1]
     second_slot.terminated[-1] = True  # every episode ends in the second slot
+    first_slot.behaviour_logp = torch.randn(first_slot.rewards.shape)
     for batch in (first_slot, second_slot):
         learner.train(batch, 0)
+    b = first_slot.rewards.shape[1]  # the first slot's env b is segment b; its acting log-probs are kept
+    assert np.array_equal(learner.behaviour_logp[:b], first_slot.behaviour_logp.numpy().T)
     learner.check_rng = np.random.default_rng(0)
     first = learner.q_divergence_stats()
     assert set(first) == {"q_mean", "q_return_mean", "q_divergence"} and all(map(math.isfinite, first.values()))
@@ -144,23 +150,27 @@ def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> Non
     assert shifted["q_divergence"] == pytest.approx(first["q_divergence"] + 10.0 / scale, rel=1e-4)
 
 
-def test_the_alert_fires_only_after_consecutive_high_reports() -> None:
-    th = Thresholds(q_divergence=0.5, q_divergence_records=3)
-    high = [{"q_divergence": 0.8, "utd_achieved": 20.0}] * 3
+def test_the_alert_fires_only_after_consecutive_high_reports_once_the_critics_settled() -> None:
+    th = Thresholds(q_divergence=0.5, q_divergence_records=3, q_divergence_min_updates=1000)
+    high = [{"q_divergence": 0.8, "utd_achieved": 20.0, "updates_total": 1000 + i} for i in range(3)]
     alerts = {a.code: a for a in detect(high, th)}
     assert "q_divergence" in alerts
     line = alerts["q_divergence"].line()
     assert "UTD 20" in line and "lower --utd" in line and "\n" not in line
-    for records in ([{"q_divergence": 0.8}] * 2, [{"q_divergence": 0.8}, {"q_divergence": 0.4}, {"q_divergence": 0.8}],
-                    [{"q_divergence": 0.8}, {}, {"q_divergence": 0.8}]):
+    gaps = [high[0], {}, high[1], {"updates_total": 1010}, high[2]]  # reports without a check in between
+    assert "q_divergence" in {a.code for a in detect(gaps, th)}
+    early = [{**r, "updates_total": 999} for r in high]  # a critic still learning the return's scale
+    for records in (high[:2], [high[0], {**high[1], "q_divergence": 0.4}, high[2]], early):
         assert "q_divergence" not in {a.code for a in detect(records, th)}
     assert not detect(high, Thresholds(q_divergence=0.0))  # 0 switches it off
+    assert critic_settle_updates(0.99, 0.005) == 20_000 and critic_settle_updates(1.0, 0.005) == 0
 
 
 def test_fields_have_a_tensorboard_namespace_and_diagnose_shows_them() -> None:
     assert tb_tag("q_divergence") == "replay/q_divergence" and tb_tag("utd_achieved") == "replay/utd_achieved"
     records = [{"replay_size": 1000 * i, "utd_achieved": 1.0, "sample_age_mean": 300.0, "q_mean": -50.0 + 40 * i,
-                "q_return_mean": -60.0, "q_divergence": (10.0 + 40 * i) / 60} for i in range(1, 5)]
+                "q_return_mean": -60.0, "q_divergence": (10.0 + 40 * i) / 60, "updates_total": 1000 * i}
+               for i in range(1, 5)]
     text = "\n".join(off_policy_section(records, Thresholds()))
     assert "achieved UTD" in text and "replay size" in text and "sample age" in text and "Q divergence" in text
     assert "Q-divergence alert" in text and "lower --utd" in text
@@ -183,8 +193,10 @@ def test_the_alert_threshold_comes_from_the_flag_in_the_run_and_in_diagnose() ->
     from asyncrl.envs.registry import make_env_spec
 
     cfg = Config(env="Pendulum-v1", algo="sac", q_divergence_alert=0.2).resolve()
-    assert RunMonitor(cfg, make_env_spec("Pendulum-v1"), out=lambda *a, **k: None).thresholds.q_divergence == 0.2
-    assert thresholds({"q_divergence_alert": 0.2}).q_divergence == 0.2
+    th = RunMonitor(cfg, make_env_spec("Pendulum-v1"), out=lambda *a, **k: None).thresholds
+    assert th.q_divergence == 0.2 and th.q_divergence_min_updates == 20_000
+    th = thresholds({"q_divergence_alert": 0.2, "gamma": 0.99, "tau": 0.005})
+    assert th.q_divergence == 0.2 and th.q_divergence_min_updates == 20_000
     assert thresholds({}).q_divergence == Thresholds().q_divergence
     cfg.q_divergence_alert = -1.0
     with pytest.raises(ConfigError, match="--q-divergence-alert must not be negative"):

@@ -5,7 +5,8 @@ their Q estimates rise above the returns obtained. This module measures that on 
 
 * `episode_returns` walks each sampled transition forward through its episode in the replay ring (the
   segments of one env are linked by `ReplayBuffer.next_segment`) and sums the discounted rewards, the
-  Monte-Carlo return G. A terminated episode gives G exactly. A time-limit cut is bootstrapped: G gains
+  Monte-Carlo return G (for a soft critic, SAC's, with the entropy bonus of the actions taken after the
+  first). A terminated episode gives G exactly. A time-limit cut is bootstrapped: G gains
   `gamma^k V(s_cut)` (k steps to the cut, V from the critic, filled in by the caller), and the transition
   is kept only while that bootstrap weight is at most `max_bootstrap_weight`, so the critic being judged
   supplies at most half of the return it is judged against. Transitions whose episode is not complete in
@@ -28,11 +29,13 @@ MAX_BOOTSTRAP_WEIGHT = 0.5  # keep a time-limit-cut transition only while gamma^
 
 def episode_returns(rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, sampleable: np.ndarray,
                     next_segment: np.ndarray, indices: np.ndarray, gamma: float,
-                    max_bootstrap_weight: float = MAX_BOOTSTRAP_WEIGHT,
+                    max_bootstrap_weight: float = MAX_BOOTSTRAP_WEIGHT, bonus: np.ndarray | None = None,
                     max_steps: int = 10_000) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Discounted returns from the transitions at flat `indices` (`segment * T + step`) of `[S, T]` arrays.
 
-    `next_segment[s]` is the segment that continues segment s's env (-1: none held). Returns
+    `next_segment[s]` is the segment that continues segment s's env (-1: none held). `bonus` (`[S, T]`, e.g.
+    SAC's entropy bonus `-alpha log pi(a_k|s_k)`) is added to every reward after the first, as a soft Q counts
+    it: `G = r_t + sum_{k>t} gamma^(k-t) (r_k + bonus_k)`. Returns
     `(returns, complete, bootstrap_index, bootstrap_weight)`, each `[n]`: the reward sum (without the
     bootstrap), whether the return is usable, and for a time-limit cut the flat index of the cut transition
     (whose final observation the caller values) and its weight `gamma^k` (else -1 and 0). Incomplete entries
@@ -61,7 +64,8 @@ def episode_returns(rewards: np.ndarray, terminated: np.ndarray, truncated: np.n
         end = np.where(stops, stop.argmax(axis=1), t_len - 1)  # the last step of this pass
         taken = ahead & (pos[None, :] <= end[:, None])
         powers = gamma ** np.maximum(pos[None, :] - t[:, None], 0)
-        returns[active] += discount[active] * (rewards[s] * powers * taken).sum(axis=1)
+        gain = rewards[s] if bonus is None else rewards[s] + bonus[s]
+        returns[active] += discount[active] * (gain * powers * taken).sum(axis=1)
         discount[active] *= gamma ** (end - t + 1)
         # an unsampleable step (env error, lost final obs) leaves the transition out; else an episode end
         ended_bad = stops & bad[rows, end]
@@ -77,6 +81,8 @@ def episode_returns(rewards: np.ndarray, terminated: np.ndarray, truncated: np.n
         active = active[~stops][nxt >= 0]  # the env's next segment is not in the buffer (yet): left out
         seg[active] = nxt[nxt >= 0]
         step[active] = 0
+    if bonus is not None:  # the first step's own bonus is not part of Q(s_t, a_t)
+        returns -= bonus.flat[indices]
     returns[~complete] = 0.0
     return returns, complete, boot_index, boot_weight
 

@@ -16,7 +16,7 @@ import psutil
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import classify
-from asyncrl.diagnostics.health import Thresholds, detect, entropy_floor
+from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect, entropy_floor
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, summarize
 from asyncrl.envs.base import EnvSpec
 
@@ -37,7 +37,8 @@ class RunMonitor:
         self.cfg, self.out = cfg, out
         categorical = spec.discrete or spec.multi_discrete
         self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions),
-                                     q_divergence=cfg.q_divergence_alert)
+                                     q_divergence=cfg.q_divergence_alert,
+                                     q_divergence_min_updates=critic_settle_updates(cfg.gamma, cfg.tau))
         self.processes = ProcessSampler()
         psutil.cpu_percent(None)  # start the machine-wide CPU clock
         self.gpu = GpuSampler(enabled=cfg.device != "cpu")

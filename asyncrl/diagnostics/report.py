@@ -12,7 +12,7 @@ from typing import Any
 
 from asyncrl.diagnostics.advice import next_steps
 from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, REPLAY_TRAINING, classify, dominant
-from asyncrl.diagnostics.health import Thresholds, detect_over_run
+from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect_over_run
 from asyncrl.diagnostics.rundir import RunData
 
 FIGURE_DIR = "diagnosis"
@@ -77,8 +77,11 @@ def bottleneck_section(records: Sequence[dict]) -> list[str]:
 
 def thresholds(config: dict) -> Thresholds:
     """The run's health thresholds: its entropy floor is in the records, its Q-divergence alert in its config."""
-    q_alert = config.get("q_divergence_alert")
-    return Thresholds(q_divergence=float(q_alert)) if _num(q_alert) else Thresholds()
+    q_alert, gamma, tau = (config.get(k) for k in ("q_divergence_alert", "gamma", "tau"))
+    th = Thresholds(q_divergence=float(q_alert)) if _num(q_alert) else Thresholds()
+    if _num(gamma) and _num(tau):
+        th = replace(th, q_divergence_min_updates=critic_settle_updates(float(gamma), float(tau)))
+    return th
 
 
 def problems_section(records: Sequence[dict], th: Thresholds | None = None) -> list[str]:
@@ -113,7 +116,7 @@ def off_policy_section(records: Sequence[dict], th: Thresholds) -> list[str]:
         lines += ["", f"Q-divergence alert: {fired.message} -> {fired.fix}."]
     elif _over_run(records, "q_divergence"):
         lines += ["", f"No Q-divergence alert (threshold {th.q_divergence:g} for {th.q_divergence_records} reports "
-                      "in a row)."]
+                      f"in a row, judged after {th.q_divergence_min_updates:,} updates)."]
     else:
         lines += ["", "No Q divergence measured: no episode completed in the replay buffer during updates."]
     return lines

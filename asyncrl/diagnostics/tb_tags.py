@@ -18,9 +18,9 @@ EXACT = {
     "policy_lag_mean": "policy", "policy_lag_max": "policy", "dropped_stale": "policy",
     "frames": "perf", "env_steps": "perf", "fps": "perf", "sps": "perf", "inference_batch_mean": "perf",
     "critic_loss": "losses", "actor_loss": "losses", "alpha": "policy",
-    "replay_size": "replay", "utd_achieved": "replay", "updates": "replay", "sample_age_mean": "replay",
-    "sample_lag_mean": "replay", "q_update_mean": "replay", "q_mean": "replay", "q_return_mean": "replay",
-    "q_divergence": "replay",
+    "replay_size": "replay", "utd_achieved": "replay", "updates": "replay", "updates_total": "replay",
+    "sample_age_mean": "replay", "sample_lag_mean": "replay", "q_update_mean": "replay", "q_mean": "replay",
+    "q_return_mean": "replay", "q_divergence": "replay",
     "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
 }
 PREFIXES = (("eval_", "eval"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),

@@ -98,10 +98,11 @@ class OffPolicyLearner:
 
     num_critics = 2
     target_subset: int | None = None  # critics the target takes the min over (None: all; REDQ: a random 2)
+    soft_critic = False  # the critics count an entropy bonus (SAC, REDQ): the Q check adds it to the returns
     deterministic_actor = False
     stat_names = ("critic_loss", "actor_loss", "alpha", "q_update_mean", "entropy", "replay_size", "utd_achieved",
                   "sample_age_mean", "sample_lag_mean", "policy_lag_mean", "policy_lag_max", "updates",
-                  "q_mean", "q_return_mean", "q_divergence")
+                  "updates_total", "q_mean", "q_return_mean", "q_divergence")
 
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
@@ -118,6 +119,9 @@ class OffPolicyLearner:
                               segment_len=cfg.rollout)
         self.replay: ReplayBuffer | PrioritizedReplay = PrioritizedReplay(buffer) if cfg.per else buffer
         self.buffer = buffer
+        # The acting policy's log-prob of each held transition (soft critics only, 4 bytes a transition), for the
+        # entropy bonus of the Q check's returns; laid out as the buffer's [segments, T] per-step fields.
+        self.behaviour_logp = np.zeros(buffer.rewards.shape, np.float32) if self.soft_critic else None
         self.rng = np.random.default_rng(cfg.seed)
         self.check_rng = np.random.default_rng([cfg.seed, 1])  # the Q check's draws leave training's stream alone
         self.last_q_check = -math.inf  # monotonic time of the last Q-divergence check (one per report interval)
@@ -162,6 +166,8 @@ class OffPolicyLearner:
         bad = (batch.truncated.cpu().numpy() & ~has_final)
         if batch.valid is not None:
             bad |= ~batch.valid.cpu().numpy()
+        if self.behaviour_logp is not None:
+            self.behaviour_logp.flat[result.indices] = batch.behaviour_logp.cpu().numpy().T.ravel()
         flat_bad = result.indices[bad.T.ravel()]  # result.indices is segment-major: [B, T]
         if len(flat_bad):
             self.buffer.sampleable.flat[flat_bad] = False
@@ -227,7 +233,8 @@ class OffPolicyLearner:
         self.version += 1
         out = {k: v / n_updates for k, v in sums.items()} if n_updates else {}
         out.update(
-            replay_size=self.held, updates=n_updates, samples=batch.rewards.numel(), policy_version=self.version,
+            replay_size=self.held, updates=n_updates, updates_total=self.updates, samples=batch.rewards.numel(),
+            policy_version=self.version,
             nonfinite_updates=self.nonfinite_updates, truncations=int(batch.truncated.sum()),
             truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
             policy_lag_mean=float(batch.lag.float().mean()), policy_lag_max=int(batch.lag.max()),
@@ -251,8 +258,11 @@ class OffPolicyLearner:
         if buf.size == 0:
             return {}
         indices = buf.sample_indices(samples, self.check_rng)
+        alpha = self.entropy_alpha()
+        bonus = None if self.behaviour_logp is None else -alpha * self.behaviour_logp
         returns, complete, boot_index, boot_weight = q_divergence.episode_returns(
-            buf.rewards, buf.terminated, buf.truncated, buf.sampleable, buf.next_segment, indices, self.cfg.gamma)
+            buf.rewards, buf.terminated, buf.truncated, buf.sampleable, buf.next_segment, indices, self.cfg.gamma,
+            bonus=bonus)
         if not complete.any():
             return {}
         batch = buf.gather(indices[complete])
@@ -261,9 +271,16 @@ class OffPolicyLearner:
         cut = boot_index >= 0
         if cut.any():  # a time-limit cut: bootstrap from the critic's value of the final observation
             final = buf.gather(boot_index[cut])
-            action, _ = self.actor.policy(torch.as_tensor(final.next_obs, device=self.device).float())
-            returns[cut] += boot_weight[cut] * self._ensemble_estimate(final.next_obs, action)
+            action, logp = self.actor.policy(torch.as_tensor(final.next_obs, device=self.device).float())
+            value = self._ensemble_estimate(final.next_obs, action)  # the soft value, as the target takes it
+            if self.soft_critic:
+                value -= alpha * logp.float().cpu().numpy()
+            returns[cut] += boot_weight[cut] * value
         return q_divergence.divergence(q, returns)
+
+    def entropy_alpha(self) -> float:
+        """The entropy temperature a soft critic's values include (0 without one)."""
+        return 0.0
 
     def _ensemble_estimate(self, obs: np.ndarray, actions: np.ndarray | torch.Tensor) -> np.ndarray:
         q = self.critic(torch.as_tensor(obs, device=self.device).float(), torch.as_tensor(actions, device=self.device))
