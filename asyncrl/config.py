@@ -137,6 +137,9 @@ class Config:
         "help": "sac/td3/redq: env steps of uniform random actions, and transitions held, before updates start"})
     utd: float = field(default=0.0, metadata={
         "help": "sac/td3/redq: gradient updates per env step (0: the algorithm's, 1 for sac/td3, 20 for redq)"})
+    q_divergence_alert: float = field(default=0.5, metadata={
+        "help": "sac/td3/redq: warn when the critics' estimates exceed the observed returns by this fraction "
+                "(q_divergence) in 3 checks in a row, after 1/((1-gamma) tau) updates (0: never)"})
     sac_batch_size: int = field(default=256, metadata={
         "help": "sac/td3/redq: transitions sampled from the replay buffer per gradient update"})
     tau: float = field(default=0.005, metadata={"help": "sac/td3/redq: Polyak rate of the target networks"})
@@ -323,7 +326,7 @@ class Config:
         for name in ("replay_size", "sac_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
-        for name in ("learning_starts", "utd", "exploration_noise"):
+        for name in ("learning_starts", "utd", "exploration_noise", "q_divergence_alert"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
         if not 0.0 < self.tau <= 1.0:

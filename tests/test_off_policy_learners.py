@@ -65,7 +65,7 @@ def test_updates_follow_the_utd_ratio_with_the_remainder_carried(algo: str) -> N
     assert learner.updates == round(0.3 * 5 * T * B) == len(beats)
     stats = learner.train(make_batch(9), 0)
     assert math.isclose(stats["utd_achieved"], learner.updates / (6 * T * B))
-    assert all(math.isfinite(stats[k]) for k in ("critic_loss", "actor_loss", "q_mean", "alpha"))
+    assert all(math.isfinite(stats[k]) for k in ("critic_loss", "actor_loss", "q_update_mean", "alpha"))
 
 
 def test_no_updates_and_random_actions_until_learning_starts() -> None:
@@ -152,6 +152,19 @@ def test_end_to_end_run_writes_finite_losses(algo: str, args: list[str], tmp_pat
     last = records[-1]
     assert math.isfinite(last["critic_loss"]) and math.isfinite(last["alpha"]) and last["updates"] > 0
     assert last["utd_achieved"] > 0
+    if algo == "sac":  # 8 envs x 375 steps: each finished a 200-step episode, so the Q check has returns
+        checked = [r for r in records if r.get("q_divergence") is not None]
+        assert checked, "no record with the Q-divergence check"
+        assert all(math.isfinite(r[k]) for r in checked for k in ("q_mean", "q_return_mean", "q_divergence"))
+        assert all(math.isfinite(last[f"learner_{s}_frac"]) for s in ("insert", "sample", "update"))
+        from asyncrl.cli import diagnose
+
+        assert diagnose.main([str(run.run_dir)]) == 0
+        report = (run.run_dir / "diagnosis.md").read_text()
+        assert "## Replay and critics" in report
+        for key in ("utd_achieved", "replay_size", "sample_age_mean", "q_divergence"):
+            row = next(line for line in report.splitlines() if f"(`{key}`)" in line)
+            assert "| - |" not in row, row
 
 
 @pytest.mark.parametrize(("env", "algo", "message"), [

@@ -14,7 +14,7 @@ from typing import Any
 
 # Learner stats that are not averaged: the largest of the interval, or the newest (defaults when no update ran).
 MAX_STATS = frozenset({"policy_lag_max"})
-LAST_STATS = {"learning_rate": None, "nonfinite_updates": 0}
+LAST_STATS = {"learning_rate": None, "nonfinite_updates": 0, "updates_total": None}
 # Counted over the whole run by `Totals.add_learner` (the record carries the running totals).
 SUMMED_STATS = ("dropped_stale", "truncations_unbootstrapped")
 # Per-update figures the record has elsewhere or does not keep: the batch size, the published version, the

@@ -43,6 +43,20 @@ REMEDIES = {
 }
 
 
+REPLAY_TRAINING = ("the replay learner is saturated (it runs utd x env steps updates per batch) and rollout workers "
+                   "wait for it: lower --utd or --sac-batch-size, a smaller --hidden-size, or train on a GPU "
+                   "(--device cuda); if sampling dominates, the replay buffer's random reads are the cost "
+                   "(smaller observations help); extra env workers will not help")
+
+
+def replay_stages(m: Mapping[str, Any]) -> str:
+    """`replay insert 2%, sample 9%, update 84%` from an off-policy learner's stage shares ('' for APPO)."""
+    parts = [(stage, m.get(f"learner_{stage}_frac")) for stage in ("insert", "sample", "update")]
+    if any(v is None for _, v in parts):
+        return ""
+    return "replay " + ", ".join(f"{stage} {_pct(v)}" for stage, v in parts)
+
+
 @dataclass(frozen=True)
 class Verdict:
     kind: str  # one of KINDS
@@ -74,6 +88,7 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
 
     `m` is a metrics record: the stage fractions `rollout_env_frac`, `policy_infer_frac`, `learner_wait_frac`,
     `learner_copy_frac`, `learner_train_frac` (each a share of that process type's wall time, or None) decide;
+    an off-policy learner's `learner_insert_frac`, `learner_sample_frac`, `learner_update_frac` split the training;
     `gpu_util`, `cpu_system` and `cpu_run` (% of the whole machine), when present, are quoted as evidence.
     """
     env = m.get("rollout_env_frac")
@@ -89,8 +104,11 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
                                        f"{_pct(train)}{context}", REMEDIES["transfer"])
         # Rollout workers blocked on a free slot for a whole interval send no timings at all.
         rollout = "send no timings (blocked)" if env is None else f"step envs only {_pct(env)}"
-        return Verdict("training", f"learner trains {_pct(train)} of the time and never waits for data; "
-                                   f"rollout workers {rollout}{context}", REMEDIES["training"])
+        stages = replay_stages(m)
+        split = f" ({stages})" if stages else ""
+        return Verdict("training", f"learner trains {_pct(train)} of the time{split} and never waits for data; "
+                                   f"rollout workers {rollout}{context}",
+                       REPLAY_TRAINING if stages else REMEDIES["training"])
     slot_wait = m.get("rollout_wait_slot_frac")
     if learner_wait is None and slot_wait is not None and slot_wait >= LEARNER_SATURATED:
         # An update longer than the interval sends no learner timings; workers blocked on free slots say enough.

@@ -44,6 +44,9 @@ class Thresholds:
     memory_min_mb: float = 256.0  # growth in total RSS that counts as a leak (and 25% of the start)
     warmup_records: int = 2  # first records skipped by the trend detectors (start-up, allocations)
     progress_records: int = 10  # records with returns before "returns not rising" is judged
+    q_divergence: float = 0.5  # off-policy critics overestimating the observed returns by this fraction (0: off)
+    q_divergence_records: int = 3  # consecutive records above it before the alert
+    q_divergence_min_updates: int = 0  # gradient updates before it is judged (`critic_settle_updates`)
 
 
 def entropy_floor(discrete: bool, num_actions: int) -> float:
@@ -185,12 +188,41 @@ def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  "--entropy-coeff / lower --lr; otherwise tune hyperparameters or train longer (asyncrl-diagnose)")
 
 
+def critic_settle_updates(gamma: float, tau: float) -> int:
+    """Gradient updates before a critic's estimates are judged: `1 / ((1 - gamma) tau)`, the time a Polyak
+    target (rate tau) takes to carry values over the discount horizon 1 / (1 - gamma); 20,000 for 0.99 and
+    0.005. Before that a critic initialised near 0 lies above negative returns without overfitting anything."""
+    if gamma >= 1.0 or tau <= 0.0:
+        return 0
+    return math.ceil(1.0 / ((1.0 - gamma) * tau))
+
+
+def q_divergence(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    """Off-policy critics whose estimates stay above the returns the replay data got (see algo/q_divergence):
+    the last `q_divergence_records` measurements (the check runs once per report) all above the threshold,
+    after `q_divergence_min_updates` updates."""
+    measured = [r for r in records if _finite(r.get("q_divergence"))][-th.q_divergence_records:]
+    if th.q_divergence <= 0 or len(measured) < th.q_divergence_records:
+        return None
+    values = [float(r["q_divergence"]) for r in measured]
+    settled = (measured[0].get("updates_total") or 0) >= th.q_divergence_min_updates
+    if min(values) <= th.q_divergence or not settled:
+        return None
+    utd = measured[-1].get("utd_achieved")
+    at_utd = f" at UTD {utd:.3g}" if _finite(utd) else ""
+    return Alert("q_divergence", f"critics overestimate the observed returns by {values[-1]:.0%}{at_utd} for "
+                 f"{len(values)} reports (q_divergence > {th.q_divergence:g}): the UTD is too high for the critics, "
+                 "they overfit the replay data",
+                 "lower --utd, use more critics with a min over a subset (--algo redq), add layer norm or "
+                 "weight decay to the critics, or reset them periodically")
+
+
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
     nonfinite, entropy_collapse, kl_high, grad_spike, value_exploding, fps_degrading, queue_growing,
-    memory_growing, returns_flat,
+    memory_growing, returns_flat, q_divergence,
 )
 CODES = ("nonfinite", "entropy_collapse", "kl_high", "grad_spike", "value_exploding", "fps_degrading",
-         "queue_growing", "memory_growing", "returns_flat")
+         "queue_growing", "memory_growing", "returns_flat", "q_divergence")
 
 
 def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Alert]:

@@ -16,10 +16,11 @@ import psutil
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import classify
-from asyncrl.diagnostics.health import Thresholds, detect, entropy_floor
+from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect, entropy_floor
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, summarize
 from asyncrl.envs.base import EnvSpec
 
+REPLAY_STAGES = ("insert", "sample", "update")  # the replay learners' parts of t_train (learners/off_policy.py)
 EARLY_RECORDS = 20  # kept for good: the detectors' baselines
 RECENT_RECORDS = 500  # kept as a sliding window (a long run's history must not itself leak)
 QUEUE_NAMES = ("requests", "full", "free", "reports")
@@ -35,7 +36,9 @@ class RunMonitor:
     def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
         self.cfg, self.out = cfg, out
         categorical = spec.discrete or spec.multi_discrete
-        self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions))
+        self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions),
+                                     q_divergence=cfg.q_divergence_alert,
+                                     q_divergence_min_updates=critic_settle_updates(cfg.gamma, cfg.tau))
         self.processes = ProcessSampler()
         psutil.cpu_percent(None)  # start the machine-wide CPU clock
         self.gpu = GpuSampler(enabled=cfg.device != "cpu")
@@ -102,7 +105,8 @@ class RunMonitor:
         self._pending = []
 
     def _learner_split(self, stats: Sequence[Mapping[str, float]]) -> dict[str, float]:
-        """Gradient-norm peak, and forward/backward/optimizer shares of the learner's wall time."""
+        """Gradient-norm peak, and forward/backward/optimizer (APPO) or insert/sample/update (replay learners)
+        shares of the learner's wall time."""
         out: dict[str, float] = {}
         norms = [s["grad_norm"] for s in stats if "grad_norm" in s]
         if norms:
@@ -112,6 +116,9 @@ class RunMonitor:
         if total > 0 and any("t_forward" in s for s in stats):
             for part in ("forward", "backward", "optim"):
                 out[f"learner_{part}_frac"] = sum(s.get(f"t_{part}", 0.0) for s in stats) * steps / total
+        if total > 0 and any("t_update" in s for s in stats):
+            for part in REPLAY_STAGES:
+                out[f"learner_{part}_frac"] = sum(s.get(f"t_{part}", 0.0) for s in stats) / total
         return out
 
     def fatal_record(self, payload: Mapping[str, Any], frames: int, env_steps: int, elapsed: float) -> dict:

@@ -7,17 +7,22 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from asyncrl.diagnostics.advice import next_steps
-from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, classify, dominant
-from asyncrl.diagnostics.health import Thresholds, detect_over_run
+from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, REPLAY_TRAINING, classify, dominant
+from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect_over_run
 from asyncrl.diagnostics.rundir import RunData
 
 FIGURE_DIR = "diagnosis"
 STAGE_KEYS = ("rollout_env_frac", "rollout_wait_frac", "policy_infer_frac", "policy_wait_frac",
               "learner_wait_frac", "learner_copy_frac", "learner_train_frac", "learner_forward_frac",
-              "learner_backward_frac", "learner_optim_frac")
+              "learner_backward_frac", "learner_optim_frac", "learner_insert_frac", "learner_sample_frac",
+              "learner_update_frac")
+OFF_POLICY_KEYS = (("utd_achieved", "achieved UTD (updates per env step)"), ("replay_size", "replay size"),
+                   ("sample_age_mean", "sample age (transitions)"), ("q_mean", "Q estimate (mean)"),
+                   ("q_return_mean", "observed return (mean)"), ("q_divergence", "Q divergence"))
 
 
 def _num(x: Any) -> bool:
@@ -56,8 +61,10 @@ def bottleneck_section(records: Sequence[dict]) -> list[str]:
         return ["Not enough stage timings yet to call a bottleneck."]
     counts = Counter(k for k in kinds if k)
     spread = ", ".join(f"{LABELS[k]} {n}" for k, n in counts.most_common())
+    remedy = REPLAY_TRAINING if kind == "training" and _median(steady, "learner_update_frac") is not None \
+        else REMEDIES[kind]
     lines = [f"**{LABELS[kind]}** in {counts[kind]} of {sum(counts.values())} report intervals ({spread}).", "",
-             f"What to do: {REMEDIES[kind]}.", "", "| stage | median share of wall time |", "|---|---|"]
+             f"What to do: {remedy}.", "", "| stage | median share of wall time |", "|---|---|"]
     for key in STAGE_KEYS:
         value = _median(steady, key)
         if value is not None:
@@ -68,8 +75,18 @@ def bottleneck_section(records: Sequence[dict]) -> list[str]:
     return lines
 
 
-def problems_section(records: Sequence[dict]) -> list[str]:
-    alerts = detect_over_run(records, Thresholds(entropy_floor=entropy_floor(records)))
+def thresholds(config: dict) -> Thresholds:
+    """The run's health thresholds: its entropy floor is in the records, its Q-divergence alert in its config."""
+    q_alert, gamma, tau = (config.get(k) for k in ("q_divergence_alert", "gamma", "tau"))
+    th = Thresholds(q_divergence=float(q_alert)) if _num(q_alert) else Thresholds()
+    if _num(gamma) and _num(tau):
+        th = replace(th, q_divergence_min_updates=critic_settle_updates(float(gamma), float(tau)))
+    return th
+
+
+def problems_section(records: Sequence[dict], th: Thresholds | None = None) -> list[str]:
+    th = th or Thresholds()
+    alerts = detect_over_run(records, replace(th, entropy_floor=entropy_floor(records)))
     recorded = {code for r in records for code in r.get("alerts") or []}
     lines = [f"- **{a.code}**: {a.message} -> {a.fix}" for a in alerts.values()]
     lines += [f"- **{code}** (reported during the run)" for code in sorted(recorded - set(alerts))]
@@ -77,6 +94,32 @@ def problems_section(records: Sequence[dict]) -> list[str]:
     if fatal:
         lines.insert(0, f"- **fatal**: {fatal[-1]}")
     return lines or ["None detected."]
+
+
+def _over_run(records: Sequence[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in records if _num(r.get(key))]
+
+
+def off_policy_section(records: Sequence[dict], th: Thresholds) -> list[str]:
+    """Replay learners: UTD, replay size, sample age and Q divergence at the start, middle and end of the run."""
+    if not _over_run(records, "replay_size"):
+        return []
+    lines = ["| figure | first | median | last |", "|---|---|---|---|"]
+    for key, label in OFF_POLICY_KEYS:
+        xs = _over_run(records, key)
+        if xs:
+            lines.append(f"| {label} (`{key}`) | {xs[0]:.3g} | {statistics.median(xs):.3g} | {xs[-1]:.3g} |")
+        else:
+            lines.append(f"| {label} (`{key}`) | - | - | - |")
+    fired = detect_over_run(records, th).get("q_divergence") if th.q_divergence > 0 else None
+    if fired is not None:
+        lines += ["", f"Q-divergence alert: {fired.message} -> {fired.fix}."]
+    elif _over_run(records, "q_divergence"):
+        lines += ["", f"No Q-divergence alert (threshold {th.q_divergence:g} for {th.q_divergence_records} reports "
+                      f"in a row, judged after {th.q_divergence_min_updates:,} updates)."]
+    else:
+        lines += ["", "No Q divergence measured: no episode completed in the replay buffer during updates."]
+    return lines
 
 
 def summary_section(run: RunData) -> list[str]:
@@ -100,9 +143,12 @@ def summary_section(run: RunData) -> list[str]:
 def build_markdown(run: RunData, figures: dict[str, str]) -> str:
     rel = {name: os.path.relpath(path, run.path) for name, path in figures.items()}
     records = run.records
+    th = thresholds(run.config)
+    off_policy = off_policy_section(records, th)
     parts = [f"# Diagnosis of `{run.path}`", "", *summary_section(run), "",
              "## Throughput bottleneck", "", *bottleneck_section(records), "",
-             "## Problems detected", "", *problems_section(records), "",
+             *(["## Replay and critics", "", *off_policy, ""] if off_policy else []),
+             "## Problems detected", "", *problems_section(records, th), "",
              "## What to try next", "", *[f"{i}. {s}" for i, s in enumerate(
                  next_steps(records, entropy_floor(records)), 1)], ""]
     for title, name in (("Learning curve", "learning_curve"), ("Throughput and policy lag", "throughput"),

@@ -2,7 +2,8 @@
 
 `episode/` returns and lengths; `losses/` loss terms and gradients; `policy/` entropy, KL, clipping, learning
 rate, versions and staleness; `perf/` throughput, stage-time fractions and queue lengths; `sys/` CPU, memory and
-GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`).
+GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`);
+`replay/` the off-policy learners' replay and critic figures (buffer size, UTD, sample age, Q divergence).
 metrics.jsonl keeps the bare keys. Torch-free.
 """
 
@@ -16,6 +17,10 @@ EXACT = {
     "learning_rate": "policy", "policy_version": "policy", "learner_updates": "policy",
     "policy_lag_mean": "policy", "policy_lag_max": "policy", "dropped_stale": "policy",
     "frames": "perf", "env_steps": "perf", "fps": "perf", "sps": "perf", "inference_batch_mean": "perf",
+    "critic_loss": "losses", "actor_loss": "losses", "alpha": "policy",
+    "replay_size": "replay", "utd_achieved": "replay", "updates": "replay", "updates_total": "replay",
+    "sample_age_mean": "replay", "sample_lag_mean": "replay", "q_update_mean": "replay", "q_mean": "replay",
+    "q_return_mean": "replay", "q_divergence": "replay",
     "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
 }
 PREFIXES = (("eval_", "eval"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncrl.algo import q_divergence
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.learners.base import GradientHook, no_gradient_sync
@@ -32,6 +33,7 @@ from asyncrl.replay.buffer import ReplayBatch, ReplayBuffer
 from asyncrl.replay.prioritized import PrioritizedReplay
 
 DEFAULT_UTD = {"sac": 1.0, "td3": 1.0, "redq": 20.0}
+Q_CHECK_SAMPLES = 512  # replay transitions the Q-divergence check draws (those with a complete return count)
 
 
 def _no_heartbeat() -> None:
@@ -134,10 +136,13 @@ class OffPolicyLearner:
     """
 
     num_critics = 2
+    target_subset: int | None = None  # critics the target takes the min over (None: all; REDQ: a random 2)
+    soft_critic = False  # the critics count an entropy bonus (SAC, REDQ): the Q check adds it to the returns
     deterministic_actor = False
     policy_state_key = "actor"  # `state_dict()["actor"]` is `policy_module()`'s state (checkpoints, best.pt)
-    stat_names = ("critic_loss", "actor_loss", "alpha", "q_mean", "entropy", "replay_size", "utd_achieved",
-                  "sample_age_mean", "sample_lag_mean", "policy_lag_mean", "policy_lag_max", "updates")
+    stat_names = ("critic_loss", "actor_loss", "alpha", "q_update_mean", "entropy", "replay_size", "utd_achieved",
+                  "sample_age_mean", "sample_lag_mean", "policy_lag_mean", "policy_lag_max", "updates",
+                  "updates_total", "q_mean", "q_return_mean", "q_divergence")
 
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
@@ -154,7 +159,12 @@ class OffPolicyLearner:
                               segment_len=cfg.rollout)
         self.replay: ReplayBuffer | PrioritizedReplay = PrioritizedReplay(buffer) if cfg.per else buffer
         self.buffer = buffer
+        # The acting policy's log-prob of each held transition (soft critics only, 4 bytes a transition), for the
+        # entropy bonus of the Q check's returns; laid out as the buffer's [segments, T] per-step fields.
+        self.behaviour_logp = np.zeros(buffer.rewards.shape, np.float32) if self.soft_critic else None
         self.rng = np.random.default_rng(cfg.seed)
+        self.check_rng = np.random.default_rng([cfg.seed, 1])  # the Q check's draws leave training's stream alone
+        self.last_q_check = -math.inf  # monotonic time of the last Q-divergence check (one per report interval)
         self.utd = cfg.utd or DEFAULT_UTD.get(cfg.algo, 1.0)
         self.version = 0
         self.lr = cfg.lr
@@ -200,6 +210,8 @@ class OffPolicyLearner:
         bad = (batch.truncated.cpu().numpy() & ~has_final)
         if batch.valid is not None:
             bad |= ~batch.valid.cpu().numpy()
+        if self.behaviour_logp is not None:
+            self.behaviour_logp.flat[result.indices] = batch.behaviour_logp.cpu().numpy().T.ravel()
         flat_bad = result.indices[bad.T.ravel()]  # result.indices is segment-major: [B, T]
         if len(flat_bad):
             self.buffer.sampleable.flat[flat_bad] = False
@@ -233,6 +245,7 @@ class OffPolicyLearner:
         ready = self.held >= max(self.cfg.learning_starts, 1)
         sums: dict[str, float] = {}
         n_updates = 0
+        t_sample = t_update = 0.0
         t1 = time.monotonic()
         if ready:
             counted = max(0, min(new, self.held - self.cfg.learning_starts))  # steps of this batch past the warm-up
@@ -241,9 +254,13 @@ class OffPolicyLearner:
             n_updates = math.floor(self.update_credit + 0.5)
             self.update_credit -= n_updates
             for _ in range(n_updates):
+                ts = time.monotonic()
                 sample, tensors = self._sample()
                 self._finite = True
+                tu = time.monotonic()
+                t_sample += tu - ts
                 stats, td_abs = self._update(tensors)
+                t_update += time.monotonic() - tu
                 if self._finite:
                     self.nonfinite_streak = 0
                 else:  # an update with any skipped step counts once towards the process's stop rule
@@ -260,15 +277,58 @@ class OffPolicyLearner:
         self.version += 1
         out = {k: v / n_updates for k, v in sums.items()} if n_updates else {}
         out.update(
-            replay_size=self.held, updates=n_updates, samples=batch.rewards.numel(), policy_version=self.version,
+            replay_size=self.held, updates=n_updates, updates_total=self.updates, samples=batch.rewards.numel(),
+            policy_version=self.version,
             nonfinite_updates=self.nonfinite_updates, truncations=int(batch.truncated.sum()),
             truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
             policy_lag_mean=float(batch.lag.float().mean()), policy_lag_max=int(batch.lag.max()),
-            t_insert=t1 - t0, t_updates=time.monotonic() - t1,
+            t_insert=t1 - t0, t_sample=t_sample, t_update=t_update,
         )
         if self.steps_since_start:  # left out during the warm-up, so a record's mean is not diluted by zeros
             out["utd_achieved"] = self.updates / self.steps_since_start
+        if n_updates and time.monotonic() - self.last_q_check >= self.cfg.report_interval:
+            self.last_q_check = time.monotonic()
+            out.update(self.q_divergence_stats())
         return out
+
+    @torch.no_grad()
+    def q_divergence_stats(self, samples: int = Q_CHECK_SAMPLES) -> dict[str, float]:
+        """Critic estimates vs observed discounted returns on replay transitions (`asyncrl.algo.q_divergence`).
+
+        Draws `samples` sampleable transitions uniformly; those whose episode is complete in the buffer (or cut
+        by a time limit far enough ahead) give `q_mean`, `q_return_mean` and `q_divergence`; {} when none does.
+        """
+        buf = self.buffer
+        if buf.size == 0:
+            return {}
+        indices = buf.sample_indices(samples, self.check_rng)
+        alpha = self.entropy_alpha()
+        bonus = None if self.behaviour_logp is None else -alpha * self.behaviour_logp
+        returns, complete, boot_index, boot_weight = q_divergence.episode_returns(
+            buf.rewards, buf.terminated, buf.truncated, buf.sampleable, buf.next_segment, indices, self.cfg.gamma,
+            bonus=bonus)
+        if not complete.any():
+            return {}
+        batch = buf.gather(indices[complete])
+        q = self._ensemble_estimate(batch.obs, batch.actions)
+        returns, boot_index, boot_weight = returns[complete], boot_index[complete], boot_weight[complete]
+        cut = boot_index >= 0
+        if cut.any():  # a time-limit cut: bootstrap from the critic's value of the final observation
+            final = buf.gather(boot_index[cut])
+            action, logp = self.actor.policy(torch.as_tensor(final.next_obs, device=self.device).float())
+            value = self._ensemble_estimate(final.next_obs, action)  # the soft value, as the target takes it
+            if self.soft_critic:
+                value -= alpha * logp.float().cpu().numpy()
+            returns[cut] += boot_weight[cut] * value
+        return q_divergence.divergence(q, returns)
+
+    def entropy_alpha(self) -> float:
+        """The entropy temperature a soft critic's values include (0 without one)."""
+        return 0.0
+
+    def _ensemble_estimate(self, obs: np.ndarray, actions: np.ndarray | torch.Tensor) -> np.ndarray:
+        q = self.critic(torch.as_tensor(obs, device=self.device).float(), torch.as_tensor(actions, device=self.device))
+        return q_divergence.ensemble_estimate(q.float().cpu().numpy(), self.target_subset)
 
     def _update(self, b: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor | None]:
         """One gradient update on a sampled batch: (stats, |TD error| per sample for prioritized replay)."""

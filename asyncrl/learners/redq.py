@@ -13,6 +13,7 @@ SUBSET_SIZE = 2
 
 class REDQLearner(SACLearner):
     num_critics = 10
+    target_subset = SUBSET_SIZE
 
     def _target(self, rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, next_logp: torch.Tensor,
                 alpha: torch.Tensor) -> torch.Tensor:

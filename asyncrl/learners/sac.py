@@ -18,11 +18,16 @@ from asyncrl.learners.off_policy import OffPolicyLearner
 class SACLearner(OffPolicyLearner):
     """Soft Actor-Critic behind the learner seam; REDQ changes the critic count, the target and the actor loss."""
 
+    soft_critic = True
+
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         super().__init__(cfg, spec, device)
         self.log_alpha = torch.zeros((), device=device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
         self.entropy_target = sac.target_entropy(self.action_dim)
+
+    def entropy_alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
 
     def _target(self, rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, next_logp: torch.Tensor,
                 alpha: torch.Tensor) -> torch.Tensor:
@@ -48,7 +53,7 @@ class SACLearner(OffPolicyLearner):
         self._step(self.alpha_optimizer, alpha_loss, _Params(self.log_alpha))
         self._soft_update_critic()
         return {"critic_loss": float(q_loss.detach()), "actor_loss": float(pi_loss.detach()), "alpha": float(alpha),
-                "q_mean": float(q.detach().mean()), "entropy": float(-logp.detach().mean())}, td_abs
+                "q_update_mean": float(q.detach().mean()), "entropy": float(-logp.detach().mean())}, td_abs
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone(),

@@ -51,7 +51,7 @@ class TD3Learner(OffPolicyLearner):
             self._soft_update_critic()
             polyak_update(self.actor_target, self.actor, self.cfg.tau)
         return {"critic_loss": float(q_loss.detach()), "actor_loss": self.last_actor_loss, "alpha": 0.0,
-                "q_mean": float(q.detach().mean())}, td_abs
+                "q_update_mean": float(q.detach().mean())}, td_abs
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "actor_target": self.actor_target.state_dict(),

@@ -17,6 +17,7 @@ actions / rewards / flags `[T, B]`. Each of the B columns becomes one *segment*:
 | `sampleable` | `[S, T]` bool | False for a truncated step whose final observation was evicted (see below) |
 | `final_obs` | `[K, *obs_shape]` | side ring: the final observation of truncated steps |
 | `final_owner` | `[K]` int64 | flat transition index (`s * T + t`) that owns each side-ring row, -1 free |
+| `next_segment` | `[S]` int64 | the segment that continues this one's env (-1: none held yet), see below |
 
 So the next observation is the next row of the same column, never a second copy: a chunk costs T + 1 frames
 for T transitions (the bootstrap frame `obs[T]` is also the next chunk's `obs[0]`, a 1 / T overhead: 3 % at
@@ -27,6 +28,13 @@ truncated one, which bootstraps from the real last observation.
 The side ring holds `K` final observations (default one per `FINAL_OBS_INTERVAL` transitions). Rows are
 reused oldest first; a row still owned by a transition in the buffer is evicted by marking that transition
 unsampleable (counted in `final_obs_evicted`), so short time limits need a larger `final_obs_capacity`.
+
+Episodes across segments: a chunk column's first observation is its env's previous column's bootstrap
+observation (the same frame, copied). On insert, each new column is linked (`next_segment`) to the one open
+tail (a held segment whose last step did not end an episode and that has no successor yet) whose last
+observation equals its first exactly; a column that matches no tail or several is left unlinked, so a link is
+never guessed. The ring overwrites oldest first, so a link always points to a newer, still held segment.
+Monte-Carlo returns over these links: `asyncrl.algo.q_divergence`.
 
 The ring overwrites the oldest segment (T transitions at a time). Insertion is a handful of vectorised
 copies per chunk; sampling gathers with fancy indexing. A single process writes (inserts); once the buffer
@@ -47,6 +55,7 @@ from asyncrl.config import ConfigError
 from asyncrl.runtime.shared import SharedArrays
 
 DEFAULT_SEGMENT_LEN = 32
+MAX_OPEN_TAILS = 1024  # segments awaiting their env's next chunk (oldest dropped beyond this)
 FINAL_OBS_INTERVAL = 64  # default side-ring size: one final observation per this many transitions
 MEMORY_FRACTION = 0.8  # check_fits refuses buffers above this share of the available RAM
 
@@ -75,6 +84,7 @@ def _layout(capacity: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, acti
         "sampleable": ((s, t), np.dtype(bool)),
         "final_obs": ((max(k, 1), *obs_shape), np.dtype(obs_dtype)),
         "final_owner": ((max(k, 1),), np.dtype(np.int64)),
+        "next_segment": ((s,), np.dtype(np.int64)),
         "counters": ((8,), np.dtype(np.int64)),
     }
 
@@ -152,8 +162,11 @@ class ReplayBuffer:
         self.final_slot, self.sampleable = arrays["final_slot"], arrays["sampleable"]
         self.final_obs, self.final_owner = arrays["final_obs"], arrays["final_owner"]
         self.counters = arrays["counters"]
+        self.next_segment = arrays["next_segment"]
         self.final_slot[:] = -1
         self.final_owner[:] = -1
+        self.next_segment[:] = -1
+        self._open_tails: list[tuple[int, int]] = []  # (segment, its insert_index[segment, 0]) awaiting a link
 
     # --- counters -------------------------------------------------------------------------------------------
     @property
@@ -201,11 +214,30 @@ class ReplayBuffer:
         self.sampleable[seg] = True
         self.final_slot[seg] = -1
         evicted = self._store_final_obs(seg, truncated, final_obs)
+        self.next_segment[seg] = -1
+        self._link(seg, obs[0], terminated[-1] | truncated[-1])
         c[_INSERTED] += t_len * b
         c[_NEXT_SEGMENT] = (int(c[_NEXT_SEGMENT]) + b) % self.segments
         c[_FILLED_SEGMENTS] = min(int(c[_FILLED_SEGMENTS]) + b, self.segments)
         indices = (seg[:, None] * t_len + steps[None, :]).ravel()
         return InsertResult(indices=indices, evicted=evicted)
+
+    def _link(self, seg: np.ndarray, first_obs: np.ndarray, ended: np.ndarray) -> None:
+        """Link each new column to the unique open tail whose last observation equals its first observation."""
+        # a tail overwritten since (by this chunk too: its insert_index is already new) is gone
+        tails = [(s, serial) for s, serial in self._open_tails if self.insert_index[s, 0] == serial]
+        if tails:
+            tail_seg = np.array([s for s, _ in tails])
+            last = self.obs[tail_seg, self.segment_len].reshape(len(tails), -1)
+            first = np.asarray(first_obs).reshape(len(seg), -1)
+            equal = (first[:, None, :] == last[None, :, :]).all(axis=-1)  # [new, tails]
+            unique = (equal.sum(axis=1) == 1)[:, None] & (equal.sum(axis=0) == 1)[None, :] & equal
+            new_i, tail_i = np.nonzero(unique)
+            self.next_segment[tail_seg[tail_i]] = seg[new_i]
+            linked = set(tail_i.tolist())
+            tails = [tail for i, tail in enumerate(tails) if i not in linked]
+        tails += [(int(s), int(self.insert_index[s, 0])) for s, end in zip(seg, ended) if not end]
+        self._open_tails = tails[-MAX_OPEN_TAILS:]
 
     def _store_final_obs(self, seg: np.ndarray, truncated: np.ndarray, final_obs: np.ndarray | None) -> np.ndarray:
         t_idx, b_idx = np.nonzero(truncated)
