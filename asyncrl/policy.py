@@ -39,6 +39,19 @@ class PolicyHead(nn.Module):
         self.encoder = model.encoder
         self.policy_head = model.policy_head
         norm = model.obs_normalizer
+        self.dict_obs = model.dict_obs
+        if self.dict_obs:  # Dict observations: {key: [N, ...]}; per vector key, its normaliser's statistics
+            self.normalize = False
+            self.keys = list(model.encoder.encoders.keys())
+            norms = dict(norm.items()) if norm is not None else {}
+            self.normalized_keys = list(norms)
+            for k, n in norms.items():
+                self.register_buffer(f"obs_mean_{k}", n.mean.float().clone())
+                self.register_buffer(f"obs_var_{k}", n.var.float().clone())
+            self.register_buffer("obs_mean", torch.zeros(1))  # where the device is read from
+            if not (model.discrete or model.nvec):
+                self.register_buffer("log_std", model.log_std.detach().float().clone())
+            return
         self.normalize = norm is not None
         shape = norm.shape if norm is not None else (1,)
         # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
@@ -48,10 +61,19 @@ class PolicyHead(nn.Module):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.dict_obs:
+            return self.policy_head(self.encoder(self._normalized_dict(obs)))
         if self.normalize:
             x = obs.float()
             obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
         return self.policy_head(self.encoder(obs))
+
+    def _normalized_dict(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = dict(obs)
+        for k in self.normalized_keys:
+            mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
+            out[k] = torch.clamp((obs[k].float() - mean) / torch.sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
+        return out
 
 
 @dataclass
@@ -99,8 +121,9 @@ class Policy(nn.Module):
 
     Takes one observation (the env's observation shape) or a batch of them (a leading batch dimension), as a
     numpy array or a tensor, and returns actions of the same kind: a numpy array (a numpy scalar for one
-    discrete action) for numpy input, a tensor for tensor input. Greedy actions are the most likely action
-    (discrete) or the Gaussian mean clipped to the action bounds (continuous).
+    discrete action) for numpy input, a tensor for tensor input. For a Dict observation space it takes a dict
+    of such arrays (or tensors), one per key, as the env returns them (channels-last images included). Greedy
+    actions are the most likely action (discrete) or the Gaussian mean clipped to the action bounds (continuous).
     """
 
     def __init__(self, run: LoadedRun, sample: bool = False):
@@ -113,6 +136,9 @@ class Policy(nn.Module):
         if run.spec.channels_last:  # takes the env's (H, W, C) images, as gymnasium returns them
             self.obs_shape = (*self.obs_shape[1:], self.obs_shape[0])
         self.obs_dtype = np.dtype(run.spec.obs_dtype)
+        # Dict observations: per key, the env's own shape (channels-last images as (H, W, C)) and dtype
+        self.key_shapes = {k.key: (*k.shape[1:], k.shape[0]) if k.channels_last else k.shape
+                           for k in run.spec.obs_keys}
         if not (run.spec.discrete or run.spec.multi_discrete):
             box = run.spec.action_space
             self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)))
@@ -131,15 +157,18 @@ class Policy(nn.Module):
         return self.head(obs)
 
     @torch.no_grad()
-    def forward(self, obs: np.ndarray | torch.Tensor, sample: bool | None = None) -> np.ndarray | torch.Tensor:
-        as_numpy = not isinstance(obs, torch.Tensor)
-        x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
-        single = tuple(x.shape) == self.obs_shape
-        if not single and tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
-                             f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
-        x = x.unsqueeze(0) if single else x
-        out = self.head(x.permute(0, 3, 1, 2) if self.spec.channels_last else x)
+    def forward(self, obs: np.ndarray | torch.Tensor | dict, sample: bool | None = None) -> np.ndarray | torch.Tensor:
+        if self.spec.is_dict:
+            as_numpy, single, out = self._dict_head(obs)
+        else:
+            as_numpy = not isinstance(obs, torch.Tensor)
+            x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
+            single = tuple(x.shape) == self.obs_shape
+            if not single and tuple(x.shape[1:]) != self.obs_shape:
+                raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
+                                 f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
+            x = x.unsqueeze(0) if single else x
+            out = self.head(x.permute(0, 3, 1, 2) if self.spec.channels_last else x)
         actions = self._sample(out) if (self.sample if sample is None else sample) else self._greedy(out)
         if single:
             actions = actions[0]
@@ -147,6 +176,27 @@ class Policy(nn.Module):
             return actions
         actions = actions.cpu().numpy()
         return actions[()] if actions.ndim == 0 else actions  # one discrete action: a numpy scalar
+
+    def _dict_head(self, obs: dict) -> tuple[bool, bool, torch.Tensor]:
+        """(numpy input, one observation, head output) for a dict of raw per-key observations."""
+        if not isinstance(obs, dict) or set(obs) != set(self.key_shapes):
+            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(f"this policy takes a dict with keys {sorted(self.key_shapes)}, got {got}")
+        as_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
+        x, single = {}, None
+        for k in self.spec.obs_keys:
+            v = obs[k.key]
+            t = torch.as_tensor(np.asarray(v, dtype=k.dtype) if not isinstance(v, torch.Tensor) else v,
+                                device=self.device)
+            shape = self.key_shapes[k.key]
+            one = tuple(t.shape) == shape
+            if (not one and tuple(t.shape[1:]) != shape) or (single is not None and one != single):
+                raise ValueError(f"observation {k.key!r} of shape {tuple(t.shape)} does not fit this policy: it "
+                                 f"takes {shape} or a batch [N, {', '.join(map(str, shape))}] (the same for every key)")
+            single = one
+            t = t.unsqueeze(0) if one else t
+            x[k.key] = t.permute(0, 3, 1, 2) if k.channels_last else t
+        return as_numpy, bool(single), self.head(x)
 
     def _greedy(self, out: torch.Tensor) -> torch.Tensor:
         if self.discrete:

@@ -37,10 +37,13 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
     wanted."""
     import torch
 
+    from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
+    from asyncrl.models.obs import obs_from_numpy
+
     spec = env.spec
-    obs = np.zeros((1, *spec.obs_shape), dtype=spec.obs_dtype)
+    obs = obs_zeros(spec, 1)
     reward, terminated, truncated = np.zeros(1, np.float32), np.zeros(1, np.bool_), np.zeros(1, np.bool_)
-    final_obs = np.zeros_like(obs)
+    final_obs = zeros_like(obs)
     actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
     env.reset(seed=args.seed, obs_out=obs)
     if screens is not None:
@@ -52,9 +55,9 @@ def play(model, env, args: argparse.Namespace, screens: Screens | None = None) -
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
         if recording:
-            frames.append(screens.frame(obs[0]))
+            frames.append(screens.frame(first_image(obs[0])))
         with torch.no_grad():
-            policy_out, _ = model(torch.from_numpy(obs).to(device))
+            policy_out, _ = model(obs_from_numpy(obs, device))
             dist = model.distribution(policy_out)
             act = dist.mode if args.greedy else dist.sample()  # greedy: argmax (per component), or the mean
         actions[:] = act.cpu().numpy()

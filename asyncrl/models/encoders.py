@@ -1,9 +1,13 @@
-"""Observation encoders: the Nature CNN for stacked frames, an MLP for vectors."""
+"""Observation encoders: the Nature CNN for stacked frames, an MLP for vectors, and one of each per key of a Dict
+observation."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
+
+from asyncrl.envs.base import ObsKey
 
 
 class NatureCNN(nn.Module):
@@ -40,3 +44,27 @@ class MLP(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs.float().flatten(1))
+
+
+class DictEncoder(nn.Module):
+    """One encoder per key of a Dict observation (the Nature CNN for images, the MLP for vectors), in the space's
+    key order; their float32 outputs are concatenated. Under a compute dtype (bf16) only the CNNs autocast."""
+
+    def __init__(self, keys: tuple[ObsKey, ...], hidden: int = 64):
+        super().__init__()
+        self.image_keys = frozenset(k.key for k in keys if k.image)
+        self.encoders = nn.ModuleDict({
+            k.key: NatureCNN(*k.shape) if k.image else MLP(int(np.prod(k.shape)), hidden) for k in keys
+        })
+        self.out_features = sum(e.out_features for e in self.encoders.values())
+
+    def forward(self, obs: dict[str, torch.Tensor], compute_dtype: torch.dtype | None = None) -> torch.Tensor:
+        parts = []
+        for key, encoder in self.encoders.items():
+            x = obs[key]
+            if compute_dtype is not None and key in self.image_keys:
+                with torch.autocast(x.device.type, dtype=compute_dtype):
+                    parts.append(encoder(x).float())
+            else:
+                parts.append(encoder(x).float())
+        return torch.cat(parts, dim=-1)

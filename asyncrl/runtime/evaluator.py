@@ -24,6 +24,7 @@ import numpy as np
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec, VecEnv
+from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
 from asyncrl.runtime.channels import Channels, report
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
@@ -110,7 +111,9 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     import torch
 
     env, render = _make_env(cfg, n, record)
-    obs = np.zeros((n, *spec.obs_shape), dtype=spec.obs_dtype)
+    from asyncrl.models.obs import obs_from_numpy
+
+    obs = obs_zeros(spec, n)
     reward, done = np.zeros(n, np.float32), np.zeros(n, np.bool_)
     actions = np.zeros((n, *spec.action_shape), dtype=spec.action_dtype)
     returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
@@ -122,11 +125,11 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
         for _ in range(MAX_EPISODE_STEPS):
             if record and not finished[0] and len(frames) < MAX_VIDEO_FRAMES:
                 frame = render() if render is not None else None
-                frames.append(frame if frame is not None else _obs_frame(obs[0]))
+                frames.append(frame if frame is not None else _obs_frame(first_image(obs[0])))
             if finished.all() or not alive():
                 break
             with torch.inference_mode():
-                policy_out, _ = model(torch.from_numpy(obs))
+                policy_out, _ = model(obs_from_numpy(obs))
                 if greedy:
                     act = policy_out.argmax(-1) if spec.discrete else policy_out
                 else:
@@ -146,7 +149,7 @@ def _stepper(env: VecEnv, obs: np.ndarray) -> Callable[[np.ndarray, np.ndarray, 
     """`step(actions, obs, reward, done)`: an evaluation only needs to know that an episode ended (terminated
     or truncated alike)."""
     terminated, truncated = np.zeros(len(obs), np.bool_), np.zeros(len(obs), np.bool_)
-    final_obs = np.zeros_like(obs)
+    final_obs = zeros_like(obs)
 
     def step(actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray) -> object:
         finished = env.step(actions, obs_out, reward_out, terminated, truncated, final_obs)
