@@ -35,9 +35,10 @@ class DictObsEnv(EchoEnv):
 
 
 class SignMatch(gym.Env):
-    """A Dict observation: a channels-last uint8 image ("screen", the step count as its brightness) and a vector
+    """A Dict observation: a channels-last uint8 image ("screen", brightness 5 + 10 * (step % 8)) and a vector
     ("cue", random in [-1, 1]). Reward 1 when the action is 1 exactly where cue[0] > 0; 8 steps, then a time-limit
-    truncation (a random policy earns 4, the best 8)."""
+    truncation (a random policy earns 4, the best 8). The truncated episode's final screen looks like a first
+    one (brightness 5): a brightness never trained on would let the bootstrapped value run away."""
 
     observation_space = gym.spaces.Dict({
         "screen": gym.spaces.Box(0, 255, shape=(36, 36, 3), dtype=np.uint8),
@@ -51,7 +52,7 @@ class SignMatch(gym.Env):
 
     def _obs(self) -> dict[str, np.ndarray]:
         self.cue = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
-        return {"screen": np.full((36, 36, 3), 10 * self.t, np.uint8), "cue": self.cue.copy()}
+        return {"screen": np.full((36, 36, 3), 5 + 10 * (self.t % 8), np.uint8), "cue": self.cue.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)

@@ -74,7 +74,7 @@ def test_slots_and_batch_hold_each_key_aligned_with_actions() -> None:
         _keep_final_obs(slot, t, traj["truncated"], scratch, final_obs, traj["final_step"])
     env.close()
     assert traj["final_step"][slot].tolist() == [7, 7, 7]  # 8-step episodes: cut after step 7
-    assert (traj["final_obs/screen"][slot] == 80).all()  # the step count as brightness, channels first
+    assert (traj["final_obs/screen"][slot] == 5).all()  # brightness 5 + 10 * (step % 8), channels first
 
     batch = gather_batch(traj, np.array([slot]), version=0, device=torch.device("cpu"))
     assert set(batch.obs) == {"screen", "cue"} and set(batch.final_obs) == {"screen", "cue"}
@@ -82,9 +82,9 @@ def test_slots_and_batch_hold_each_key_aligned_with_actions() -> None:
     # Each step's reward is 1 exactly where its action matched the sign of the cue it was taken on.
     matched = batch.actions == (batch.obs["cue"][:-1, :, 0] > 0).long()
     assert torch.equal(batch.rewards, matched.float())
-    steps = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2]  # brightness 10 * step of the episode, reset after step 7
-    assert batch.obs["screen"][:, :, 0, 0, 0].tolist() == [[10 * s] * 3 for s in steps]
-    assert (batch.final_step == 7).all() and (batch.final_obs["screen"] == 80).all()
+    steps = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2]  # the step of the episode, reset after step 7
+    assert batch.obs["screen"][:, :, 0, 0, 0].tolist() == [[5 + 10 * s] * 3 for s in steps]
+    assert (batch.final_step == 7).all() and (batch.final_obs["screen"] == 5).all()
     mb = batch.columns(slice(1, 3))
     assert torch.equal(mb.obs["cue"], batch.obs["cue"][:, 1:3]) and mb.final_obs["cue"].shape == (2, 2)
 
@@ -109,18 +109,17 @@ def test_normaliser_covers_vector_keys_only() -> None:
 
 
 def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path) -> None:
-    """Every process, per-key shared memory, the evaluator; then load_policy and TorchScript/ONNX on a dict."""
+    """Every process and per-key shared memory; then load_policy and TorchScript/ONNX export of the dict policy."""
     sys.path.insert(0, str(ROOT))
-    proc = run_cli(["--env", "tests.custom_env:SignMatch", "--frames", "6000", "--seed", "0", "--workers", "2",
+    proc = run_cli(["--env", "tests.custom_env:SignMatch", "--frames", "5000", "--seed", "0", "--workers", "2",
                     "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128", "--epochs", "4",
-                    "--minibatches", "2", "--lr", "1e-3", "--normalize-obs", "--report-interval", "1",
-                    "--eval-every", "3000", "--eval-episodes", "2", "--experiment", "sign"], tmp_path, timeout=300)
+                    "--minibatches", "2", "--lr", "1e-3", "--gamma", "0.9", "--normalize-obs", "--report-interval",
+                    "1", "--experiment", "sign"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run_dir = tmp_path / "sign"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [r["policy_loss"] for r in records if r.get("policy_loss") is not None]
     assert losses and all(np.isfinite(losses)), losses
-    assert any(r.get("eval_return_mean") is not None for r in records)
     returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
     assert max(returns) >= 6.0, returns  # random: 4 of 8
 
@@ -136,7 +135,7 @@ def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path) -> Non
     ts, onnx_path = tmp_path / "out" / "policy.pt", tmp_path / "out" / "policy.onnx"
     assert export_main([str(run_dir), "--format", "torchscript", "--out", str(ts)]) == 0
     chw = {"screen": torch.from_numpy(screens).permute(0, 3, 1, 2).contiguous(), "cue": torch.from_numpy(cues)}
-    expected = policy.logits(chw).numpy()
+    expected = policy.logits(chw).detach().numpy()
     np.testing.assert_allclose(torch.jit.load(str(ts))(chw).detach().numpy(), expected, atol=1e-5, rtol=0)
     info = json.loads((tmp_path / "out" / "policy.json").read_text())
     assert [k["name"] for k in info["input"]["keys"]] == ["cue", "screen"]

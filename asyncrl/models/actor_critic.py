@@ -75,8 +75,9 @@ def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
 class ActorCritic(nn.Module):
     """Frames share one Nature CNN between policy and value; vectors get separate policy and value MLPs
     (as in most PPO baselines), so large unnormalised returns cannot swamp the policy's features. A Dict
-    observation gets one shared `DictEncoder` (a CNN per image key, an MLP per vector key, concatenated); its
-    observation normaliser (`normalize_obs`) is one running mean/std per vector key."""
+    observation gets a `DictEncoder` (a CNN per image key shared by policy and value, a policy and a value MLP
+    per vector key, concatenated); its observation normaliser (`normalize_obs`) is one running mean/std per
+    vector key."""
 
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
         super().__init__()
@@ -103,7 +104,7 @@ class ActorCritic(nn.Module):
             vectors = {k.key: RunningMeanStd(k.shape) for k in spec.obs_keys if not k.image}
             self.obs_normalizer = nn.ModuleDict(vectors) if normalize_obs and vectors else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
-        for encoder in (self.encoder, self.value_encoder):
+        for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
             for module in encoder.modules() if encoder is not None else ():
                 if isinstance(module, nn.Linear | nn.Conv2d):
                     nn.init.orthogonal_(module.weight, math.sqrt(2))
@@ -112,6 +113,9 @@ class ActorCritic(nn.Module):
     def forward(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
         obs = self._normalized(obs)
+        if self.dict_obs:
+            features, value_features = self.encoder.both(obs, self.compute_dtype)
+            return self.policy_head(features), self.value_head(value_features).squeeze(-1)
         features = self._encode(self.encoder, obs)
         value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.policy_head(features), self.value_head(value_features).squeeze(-1)
