@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import asyncrl
+from asyncrl.cli.enjoy import main as enjoy_main
 from asyncrl.cli.export import main as export_main
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvError
@@ -19,6 +20,8 @@ from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
 from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.batch import gather_batch
 from asyncrl.models.actor_critic import build_model
+from asyncrl.policy import load_run_policy
+from asyncrl.runtime.evaluator import _play
 from asyncrl.runtime.rollout_worker import _keep_final_obs
 from asyncrl.runtime.trajectories import allocate_trajectories, obs_arrays
 from tests.conftest import run_cli
@@ -108,10 +111,11 @@ def test_normaliser_covers_vector_keys_only() -> None:
     assert policy_out.shape == (6, 2) and value.shape == (6,)
 
 
-def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path) -> None:
-    """Every process and per-key shared memory; then load_policy and TorchScript/ONNX export of the dict policy."""
+def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Every process and per-key shared memory; then load_policy, the evaluator's and asyncrl-enjoy's episodes,
+    and TorchScript/ONNX export of the dict policy."""
     sys.path.insert(0, str(ROOT))
-    proc = run_cli(["--env", "tests.custom_env:SignMatch", "--frames", "5000", "--seed", "0", "--workers", "2",
+    proc = run_cli(["--env", "tests.custom_env:SignMatch", "--frames", "4000", "--seed", "0", "--workers", "2",
                     "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128", "--epochs", "4",
                     "--minibatches", "2", "--lr", "1e-3", "--gamma", "0.9", "--normalize-obs", "--report-interval",
                     "1", "--experiment", "sign"], tmp_path, timeout=300)
@@ -131,6 +135,12 @@ def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path) -> Non
     assert policy({"screen": screens[0], "cue": cues[0]}) == 1  # one observation, no batch dimension
     with pytest.raises(ValueError, match="keys"):
         policy({"cue": cues})
+
+    run = load_run_policy(str(run_dir))
+    played = _play(run.model, Config.from_dict(run.config), run.spec, 2, True, lambda: True)
+    assert [n for _, n in played] == [8, 8] and min(r for r, _ in played) >= 5.0, played
+    assert enjoy_main([str(run_dir), "--episodes", "2", "--greedy"]) == 0
+    assert "2 episodes: raw score mean" in capsys.readouterr().out
 
     ts, onnx_path = tmp_path / "out" / "policy.pt", tmp_path / "out" / "policy.onnx"
     assert export_main([str(run_dir), "--format", "torchscript", "--out", str(ts)]) == 0

@@ -125,7 +125,7 @@ def load(args: argparse.Namespace):
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
     env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
-                       env_kwargs=cfg.env_kwargs_dict)
+                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
     model = build_model(env.spec, cfg.hidden_size, cfg.normalize_obs).to(device)
     try:
         model.load_state_dict(state["learner"]["model"])

@@ -166,7 +166,7 @@ def _make_env(cfg: Config, n: int, record: bool) -> tuple[VecEnv, Callable[[], n
     from asyncrl.envs.registry import make_vec_env
 
     env = make_vec_env(cfg.env, n, training=False, render_mode="rgb_array" if record else None,
-                       env_kwargs=cfg.env_kwargs_dict)
+                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
     if record and isinstance(env, GymVecEnv):
         return env, _Renderer(env.envs[0])
     return env, None
