@@ -14,11 +14,12 @@ import torch
 import asyncrl
 from asyncrl.cli.enjoy import main as enjoy_main
 from asyncrl.cli.export import main as export_main
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvError
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
 from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.batch import gather_batch
+from asyncrl.learners.registry import check_algo_env
 from asyncrl.models.actor_critic import build_model
 from asyncrl.policy import load_run_policy
 from asyncrl.runtime.evaluator import _play
@@ -95,6 +96,12 @@ def test_slots_and_batch_hold_each_key_aligned_with_actions() -> None:
     stats = learner.train(batch, frames=0)
     assert np.isfinite(stats["policy_loss"]) and np.isfinite(stats["value_loss"])
     assert stats["truncations"] == 3 and stats["truncations_unbootstrapped"] == 0
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "redq"])
+def test_replay_learners_refuse_dict_observations(algo: str) -> None:
+    with pytest.raises(ConfigError, match=f"--algo {algo} takes vector observations, but .* has a Dict observation"):
+        check_algo_env(Config(env="tests.custom_env:SignMatch", algo=algo), gym_env_spec("x", SignMatch()))
 
 
 def test_normaliser_covers_vector_keys_only() -> None:
