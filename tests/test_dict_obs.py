@@ -22,6 +22,7 @@ from asyncrl.learners.batch import gather_batch
 from asyncrl.learners.registry import check_algo_env
 from asyncrl.models.actor_critic import build_model
 from asyncrl.policy import load_run_policy
+from asyncrl.runtime.checkpoint import save_checkpoint
 from asyncrl.runtime.evaluator import _play
 from asyncrl.runtime.rollout_worker import _keep_final_obs
 from asyncrl.runtime.trajectories import allocate_trajectories, obs_arrays
@@ -119,8 +120,7 @@ def test_normaliser_covers_vector_keys_only() -> None:
 
 
 def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Every process and per-key shared memory; then load_policy, the evaluator's and asyncrl-enjoy's episodes,
-    and TorchScript/ONNX export of the dict policy."""
+    """Every process and per-key shared memory; then load_policy, the evaluator's and asyncrl-enjoy's episodes."""
     sys.path.insert(0, str(ROOT))
     proc = run_cli(["--env", "tests.custom_env:SignMatch", "--frames", "4000", "--seed", "0", "--workers", "2",
                     "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128", "--epochs", "4",
@@ -144,20 +144,44 @@ def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path, capsys
         policy({"cue": cues})
 
     run = load_run_policy(str(run_dir))
-    played = _play(run.model, Config.from_dict(run.config), run.spec, 2, True, lambda: True)
+    played, _ = _play(run.model, Config.from_dict(run.config), run.spec, 2, True, lambda: True)
     assert [n for _, n in played] == [8, 8] and min(r for r, _ in played) >= 5.0, played
     assert enjoy_main([str(run_dir), "--episodes", "2", "--greedy"]) == 0
     assert "2 episodes: raw score mean" in capsys.readouterr().out
 
-    ts, onnx_path = tmp_path / "out" / "policy.pt", tmp_path / "out" / "policy.onnx"
-    assert export_main([str(run_dir), "--format", "torchscript", "--out", str(ts)]) == 0
+
+def test_dict_policy_exports_to_torchscript_and_onnx(tmp_path: Path) -> None:
+    """A checkpoint of a dict-observation model (normaliser statistics set) -> both formats == load_policy."""
+    cfg = Config(env="tests.custom_env:SignMatch", normalize_obs=True, train_dir=str(tmp_path), experiment="x")
+    spec = gym_env_spec(cfg.env, SignMatch())
+    model = build_model(spec, cfg.hidden_size, normalize_obs=True)
+    norm = model.obs_normalizer["cue"]
+    norm.mean.copy_(torch.tensor([0.5, -1.0]))
+    norm.var.copy_(torch.tensor([0.04, 4.0]))
+    run_dir = str(tmp_path / "x")
+    save_checkpoint(run_dir, 1, {"config": cfg.to_json(), "env": cfg.env,
+                                 "learner": {"model": model.state_dict(), "version": 1}}, keep=1)
+    policy = asyncrl.load_policy(run_dir)
+    rng = np.random.default_rng(0)
+    screens = rng.integers(0, 256, (5, 36, 36, 3), dtype=np.uint8)  # the env's own channels-last frames
+    cues = rng.uniform(-2, 2, (5, 2)).astype(np.float32)  # some clipped by the normaliser
     chw = {"screen": torch.from_numpy(screens).permute(0, 3, 1, 2).contiguous(), "cue": torch.from_numpy(cues)}
     expected = policy.logits(chw).detach().numpy()
+    with torch.no_grad():
+        raw, _ = model.eval()(chw)
+    np.testing.assert_allclose(expected, raw.numpy(), atol=1e-5, rtol=0)  # the trained model's own output
+    assert policy({"screen": screens, "cue": cues}).tolist() == expected.argmax(-1).tolist()
+
+    ts, onnx_path = tmp_path / "out" / "policy.pt", tmp_path / "out" / "policy.onnx"
+    assert export_main([run_dir, "--format", "torchscript", "--out", str(ts)]) == 0
     np.testing.assert_allclose(torch.jit.load(str(ts))(chw).detach().numpy(), expected, atol=1e-5, rtol=0)
     info = json.loads((tmp_path / "out" / "policy.json").read_text())
-    assert [k["name"] for k in info["input"]["keys"]] == ["cue", "screen"]
+    assert [(k["name"], k["shape"], k["dtype"]) for k in info["input"]["keys"]] == [
+        ("cue", ["N", 2], "float32"), ("screen", ["N", 3, 36, 36], "uint8")]
+    assert [p["op"] for p in info["preprocessing"]] == ["normalize", "scale"]
     ort = pytest.importorskip("onnxruntime")
-    assert export_main([str(run_dir), "--format", "onnx", "--out", str(onnx_path)]) == 0
+    assert export_main([run_dir, "--format", "onnx", "--out", str(onnx_path)]) == 0
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["cue", "screen"]
     (onnx_out,) = session.run(None, {k: v.numpy() for k, v in chw.items()})
     np.testing.assert_allclose(onnx_out, expected, atol=1e-5, rtol=0)
