@@ -84,6 +84,9 @@ class Config:
     policy_workers: int = field(default=1, metadata={"help": "inference processes"})
     rollout: int = field(default=32, metadata={"help": "trajectory length T (agent steps)"})
     env_threads: int = field(default=1, metadata={"help": "C++ threads per Atari vector env"})
+    doom_measurements: bool = field(default=False, metadata={
+        "help": "Doom: observe {'screen': frame, 'measurements': health, armor, ammo, kills, frags} (a Dict "
+                "observation) instead of the frame alone"})
     max_episode_frames: int = field(default=108_000, metadata={
         "help": "Atari: cut a game after this many emulator frames (a truncation: the learner bootstraps from the "
                 "last observation, unlike a game over)"})
@@ -241,6 +244,8 @@ class Config:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
         parse_env_kwargs(self.env_kwargs)
+        if self.doom_measurements and not self.env.startswith("doom_"):
+            raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {self.env!r}; drop it")
         if self.deterministic:
             for name in LOCKSTEP_ONES:
                 if getattr(self, name) != 1:
@@ -465,7 +470,7 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
         from asyncrl.runtime.supervisor import available_memory
         from asyncrl.runtime.trajectories import trajectory_bytes
 
-        spec = make_env_spec(settings["env"])
+        spec = make_env_spec(settings["env"], doom_measurements=bool(settings.get("doom_measurements")))
         available = available_memory()
     except Exception:  # a bad env name: the runner says so with its own one-line error
         return lambda workers, envs, rollout, splits: True

@@ -39,7 +39,7 @@ ExportedPolicy = PolicyHead  # APPO's exported module: raw observations -> logit
 def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
     """The policy.json contents: how to feed the exported module and read its output."""
     spec = run.spec
-    image = len(spec.obs_shape) == 3
+    image = spec.has_image
     if spec.multi_discrete:
         action = {"type": "multi_discrete", "nvec": list(spec.nvec),
                   "start": [int(v) for v in spec.action_space.start]}
@@ -50,12 +50,20 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
         action = {"type": "box", "shape": list(spec.action_shape), "low": _finite_list(box.low),
                   "high": _finite_list(box.high)}
     head = run.head.describe()
+    if spec.is_dict:
+        inputs: dict[str, Any] = {
+            "name": "obs", "type": "dict",
+            "keys": [{"name": k.key, "shape": ["N", *k.shape], "dtype": np.dtype(k.dtype).name,
+                      "meaning": "image, channels first" if k.image else "vector"} for k in spec.obs_keys],
+            "meaning": "a dict of raw observations, one tensor per key (TorchScript); ONNX takes one input per "
+                       "key, named after it, in this order"}
+    else:
+        inputs = {"name": "obs", "shape": ["N", *spec.obs_shape], "dtype": np.dtype(spec.obs_dtype).name,
+                  "meaning": "raw observations as the env returns them" + (
+                      " (stacked grayscale frames, channels first)" if image else "")}
     return {
         "env": spec.name, "algo": run.config.get("algo", "appo"), "checkpoint": run.checkpoint,
-        "policy_version": run.version,
-        "input": {"name": "obs", "shape": ["N", *spec.obs_shape], "dtype": np.dtype(spec.obs_dtype).name,
-                  "meaning": "raw observations as the env returns them" + (
-                      " (stacked grayscale frames, channels first)" if image else "")},
+        "policy_version": run.version, "input": inputs,
         "preprocessing": head["preprocessing"], "action_space": action, "output": head["output"], "files": exported,
     }
 
@@ -75,7 +83,9 @@ def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[
     except PolicyLoadError as exc:
         raise ExportError(str(exc)) from None
     policy = run.head
-    example = torch.from_numpy(np.zeros((2, *run.spec.obs_shape), dtype=run.spec.obs_dtype))
+    spec = run.spec
+    example: Any = ({k.key: torch.from_numpy(np.zeros((2, *k.shape), dtype=k.dtype)) for k in spec.obs_keys}
+                    if spec.is_dict else torch.from_numpy(np.zeros((2, *spec.obs_shape), dtype=spec.obs_dtype)))
     stem = os.path.splitext(out)[0]
     paths = {fmt: out, "json": stem + ".json", "safetensors": stem + ".safetensors"}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -84,8 +94,11 @@ def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still loadable
                 torch.jit.save(torch.jit.trace(policy, example), out)
+        elif spec.is_dict:  # one named input per key, in the space's order
+            _export_onnx(PositionalObs(policy, list(example)), tuple(example.values()), out, policy.output_name,
+                         list(example))
         else:
-            _export_onnx(policy, example, out, policy.output_name)
+            _export_onnx(policy, (example,), out, policy.output_name)
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, paths["safetensors"],
@@ -109,7 +122,19 @@ def _previous_files(json_path: str, checkpoint: str) -> dict[str, str]:
     return {k: v for k, v in previous["files"].items() if os.path.exists(os.path.join(stem_dir, v))}
 
 
-def _export_onnx(policy: nn.Module, example: torch.Tensor, out: str, output_name: str) -> None:
+class PositionalObs(nn.Module):
+    """A Dict-observation policy taking one tensor per key, positionally (ONNX inputs cannot be a dict)."""
+
+    def __init__(self, policy: nn.Module, keys: list[str]):
+        super().__init__()
+        self.policy, self.keys = policy, keys
+
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(dict(zip(self.keys, obs, strict=True)))
+
+
+def _export_onnx(policy: nn.Module, example: tuple[torch.Tensor, ...], out: str, output_name: str,
+                 input_names: list[str] | None = None) -> None:
     """torch.export-based ONNX export with a dynamic batch dimension, written as one self-contained file."""
     import contextlib
     import io
@@ -119,9 +144,17 @@ def _export_onnx(policy: nn.Module, example: torch.Tensor, out: str, output_name
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")  # the exporter's progress chatter and deprecation notes
-            program = torch.onnx.export(policy, (example,), input_names=["obs"], output_names=[output_name],
-                                        dynamic_shapes=({0: torch.export.Dim("N")},), opset_version=ONNX_OPSET,
+            batch = torch.export.Dim("N")
+            program = torch.onnx.export(policy, example, input_names=input_names or ["obs"],
+                                        output_names=[output_name],
+                                        dynamic_shapes=_dynamic_batch(example, batch, input_names is not None),
+                                        opset_version=ONNX_OPSET,
                                         dynamo=True, verbose=False)
     finally:
         logging.disable(logging.NOTSET)
     program.save(out, external_data=False)
+
+
+def _dynamic_batch(example: tuple[torch.Tensor, ...], batch: Any, varargs: bool) -> tuple:
+    """The first dimension of every input is the batch; the inputs of a *args forward are one tuple."""
+    return (tuple({0: batch} for _ in example),) if varargs else ({0: batch},)

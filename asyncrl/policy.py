@@ -48,11 +48,22 @@ class PolicyHead(nn.Module):
         self.spec = spec
         self.output_name = "logits" if spec.discrete or spec.multi_discrete else "action_mean"
         norm = model.obs_normalizer
-        self.normalize = norm is not None
-        shape = norm.shape if norm is not None else (1,)
-        # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
-        self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
-        self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
+        self.dict_obs = model.dict_obs
+        if self.dict_obs:  # Dict observations: {key: [N, ...]}; per vector key, its normaliser's statistics
+            self.normalize = False
+            self.keys = list(model.encoder.encoders.keys())
+            norms = dict(norm.items()) if norm is not None else {}
+            self.normalized_keys = list(norms)
+            for k, n in norms.items():
+                self.register_buffer(f"obs_mean_{k}", n.mean.float().clone())
+                self.register_buffer(f"obs_var_{k}", n.var.float().clone())
+            self.register_buffer("obs_mean", torch.zeros(1))  # where the device is read from
+        else:
+            self.normalize = norm is not None
+            shape = norm.shape if norm is not None else (1,)
+            # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
+            self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
+            self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
         if not (model.discrete or model.nvec):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
             box = spec.action_space  # not saved with the weights: the exported files describe the bounds
@@ -60,6 +71,8 @@ class PolicyHead(nn.Module):
             self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)), persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.dict_obs:
+            return self.policy_head(self.encoder(self._normalized_dict(obs)))
         if self.normalize:
             x = obs.float()
             obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
@@ -87,12 +100,18 @@ class PolicyHead(nn.Module):
     def describe(self) -> dict[str, Any]:
         spec = self.spec
         pre: list[dict[str, Any]] = []
-        if self.normalize:
+        if self.dict_obs and self.normalized_keys:
+            pre.append({"op": "normalize", "keys": list(self.normalized_keys),
+                        "formula": "clip((obs[key] - mean) / sqrt(var + eps), -clip, clip)", "eps": NORM_EPS,
+                        "clip": OBS_CLIP, "mean_key": "obs_mean_<key>", "var_key": "obs_var_<key>",
+                        "applied_inside_model": True})
+        elif self.normalize:
             pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
                         "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
                         "applied_inside_model": True})
-        if len(spec.obs_shape) == 3:
-            pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True})
+        if spec.has_image:
+            pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True,
+                        **({"keys": [k.key for k in spec.obs_keys if k.image]} if spec.is_dict else {})})
         if spec.multi_discrete:
             output = {"name": "logits", "shape": ["N", spec.num_actions],
                       "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
@@ -107,6 +126,13 @@ class PolicyHead(nn.Module):
                                  "action bounds); std = exp(log_std) from the weights file",
                       "log_std": self.log_std.tolist()}
         return {"preprocessing": pre, "output": output}
+
+    def _normalized_dict(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = dict(obs)
+        for k in self.normalized_keys:
+            mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
+            out[k] = torch.clamp((obs[k].float() - mean) / torch.sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
+        return out
 
 
 @dataclass
@@ -133,8 +159,9 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     except CheckpointError as exc:
         raise PolicyLoadError(str(exc) if best else f"{exc}; train the run first (asyncrl-train)") from None
     try:
-        cfg = Config.from_dict(json.loads(state["config"]))
-        spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict)
+        config = json.loads(state["config"])
+        cfg = Config.from_dict(config)
+        spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
     except EnvError as exc:
@@ -190,6 +217,8 @@ class Policy(nn.Module):
     algo's (`ActingHead.actions`): for APPO the most likely action (discrete) or the Gaussian mean clipped to
     the action bounds (continuous); for SAC and REDQ `center + half_range tanh(mean)`, for TD3 the deterministic
     actor's action.
+    For a Dict observation space it takes a dict of such arrays (or tensors), one per key, as the env returns
+    them (channels-last images included).
     """
 
     def __init__(self, run: LoadedRun, sample: bool = False):
@@ -202,6 +231,9 @@ class Policy(nn.Module):
         if run.spec.channels_last:  # takes the env's (H, W, C) images, as gymnasium returns them
             self.obs_shape = (*self.obs_shape[1:], self.obs_shape[0])
         self.obs_dtype = np.dtype(run.spec.obs_dtype)
+        # Dict observations: per key, the env's own shape (channels-last images as (H, W, C)) and dtype
+        self.key_shapes = {k.key: (*k.shape[1:], k.shape[0]) if k.channels_last else k.shape
+                           for k in run.spec.obs_keys}
 
     @property
     def discrete(self) -> bool:
@@ -217,22 +249,46 @@ class Policy(nn.Module):
         return self.head(obs)
 
     @torch.no_grad()
-    def forward(self, obs: np.ndarray | torch.Tensor, sample: bool | None = None) -> np.ndarray | torch.Tensor:
-        as_numpy = not isinstance(obs, torch.Tensor)
-        x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
-        single = tuple(x.shape) == self.obs_shape
-        if not single and tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
-                             f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
-        x = x.unsqueeze(0) if single else x
-        actions = self.head.actions(x.permute(0, 3, 1, 2) if self.spec.channels_last else x,
-                                    self.sample if sample is None else sample)
+    def forward(self, obs: np.ndarray | torch.Tensor | dict, sample: bool | None = None) -> np.ndarray | torch.Tensor:
+        if self.spec.is_dict:
+            as_numpy, single, x = self._dict_obs(obs)
+        else:
+            as_numpy = not isinstance(obs, torch.Tensor)
+            x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
+            single = tuple(x.shape) == self.obs_shape
+            if not single and tuple(x.shape[1:]) != self.obs_shape:
+                raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
+                                 f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
+            x = x.unsqueeze(0) if single else x
+            x = x.permute(0, 3, 1, 2) if self.spec.channels_last else x
+        actions = self.head.actions(x, self.sample if sample is None else sample)
         if single:
             actions = actions[0]
         if not as_numpy:
             return actions
         actions = actions.cpu().numpy()
         return actions[()] if actions.ndim == 0 else actions  # one discrete action: a numpy scalar
+
+    def _dict_obs(self, obs: dict) -> tuple[bool, bool, dict[str, torch.Tensor]]:
+        """(numpy input, one observation, batched per-key tensors) for a dict of raw per-key observations."""
+        if not isinstance(obs, dict) or set(obs) != set(self.key_shapes):
+            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(f"this policy takes a dict with keys {sorted(self.key_shapes)}, got {got}")
+        as_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
+        x, single = {}, None
+        for k in self.spec.obs_keys:
+            v = obs[k.key]
+            t = torch.as_tensor(np.asarray(v, dtype=k.dtype) if not isinstance(v, torch.Tensor) else v,
+                                device=self.device)
+            shape = self.key_shapes[k.key]
+            one = tuple(t.shape) == shape
+            if (not one and tuple(t.shape[1:]) != shape) or (single is not None and one != single):
+                raise ValueError(f"observation {k.key!r} of shape {tuple(t.shape)} does not fit this policy: it "
+                                 f"takes {shape} or a batch [N, {', '.join(map(str, shape))}] (the same for every key)")
+            single = one
+            t = t.unsqueeze(0) if one else t
+            x[k.key] = t.permute(0, 3, 1, 2) if k.channels_last else t
+        return as_numpy, bool(single), x
 
 
 def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: bool = False) -> Policy:

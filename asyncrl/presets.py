@@ -61,6 +61,8 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
     except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
         return "vector"
     image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"
+    if spec.is_dict:  # a Dict with a uint8 image key: the CNN sets the pace, as for Atari
+        image = any(k.image and k.dtype == "uint8" for k in spec.obs_keys)
     return "atari" if image else "vector"
 
 

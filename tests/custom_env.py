@@ -28,7 +28,41 @@ class EchoEnv(gym.Env):
 
 
 class DictObsEnv(EchoEnv):
-    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float64)})
+    """A Dict observation with a member asyncrl does not support (a Discrete key): refused at start."""
+
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float64),
+                                         "mode": gym.spaces.Discrete(3)})
+
+
+class SignMatch(gym.Env):
+    """A Dict observation: a channels-last uint8 image ("screen", brightness 5 + 10 * (step % 8)) and a vector
+    ("cue", random in [-1, 1]). Reward 1 when the action is 1 exactly where cue[0] > 0; 8 steps, then a time-limit
+    truncation (a random policy earns 4, the best 8). The truncated episode's final screen looks like a first
+    one (brightness 5): a brightness never trained on would let the bootstrapped value run away."""
+
+    observation_space = gym.spaces.Dict({
+        "screen": gym.spaces.Box(0, 255, shape=(36, 36, 3), dtype=np.uint8),
+        "cue": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+    })
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.cue = np.zeros(2, np.float32)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        self.cue = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
+        return {"screen": np.full((36, 36, 3), 5 + 10 * (self.t % 8), np.uint8), "cue": self.cue.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int):
+        reward = float(int(action) == int(self.cue[0] > 0))
+        self.t += 1
+        return self._obs(), reward, False, self.t >= 8, {}
 
 
 class MultiDiscreteActionEnv(EchoEnv):

@@ -222,3 +222,24 @@ def test_engines_die_with_their_process() -> None:
     while (Path(workdir).exists() or any(p.exists() for p in shm)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(workdir).exists() and not any(p.exists() for p in shm)
+
+
+@needs_vizdoom
+def test_measurements_are_a_second_dict_key(doom: list) -> None:
+    """--doom-measurements: {"screen": the frame, "measurements": the game variables}, per key, as a Dict env."""
+    from asyncrl.envs.dict_obs import ArrayDict, obs_zeros
+
+    spec = make_env_spec("doom_basic", doom_measurements=True)
+    assert [(k.key, k.shape, k.dtype) for k in spec.obs_keys] == [("screen", (3, 72, 128), np.uint8),
+                                                                   ("measurements", (5,), np.float32)]
+    assert not make_env_spec("doom_basic").is_dict  # off by default
+    env = make(doom, "doom_basic", 2, measurements=True)
+    obs, final_obs = obs_zeros(spec, 2), obs_zeros(spec, 2)
+    assert isinstance(obs, ArrayDict)
+    env.reset(0, obs)
+    assert obs["screen"].std() > 10 and obs["measurements"][:, 0].tolist() == [100, 100]  # HEALTH
+    flags = [np.zeros(2, np.bool_) for _ in range(2)]
+    for _ in range(2):
+        env.step(np.array([NOOP, 3]), obs, np.zeros(2, np.float32), *flags, final_obs)  # env 1 fires
+    np.testing.assert_array_equal(obs["measurements"], env.game_variables)
+    assert obs["measurements"][1, 2] == obs["measurements"][0, 2] - 1  # SELECTED_WEAPON_AMMO

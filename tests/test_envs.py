@@ -209,7 +209,7 @@ def test_unknown_name_suggests_close_matches(name: str, suggestion: str) -> None
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("custom_env:make_dict_obs_env", "Dict observation space; asyncrl supports Box observation"),
+        ("custom_env:make_dict_obs_env", r"Dict observation space whose key 'mode' is Discrete\(3\); asyncrl supports"),
         ("custom_env:make_not_an_env", "not a gymnasium.Env"),
         ("custom_env:no_such_callable", "has no attribute 'no_such_callable'"),
         ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),

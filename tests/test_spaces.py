@@ -91,7 +91,8 @@ class _Spaces(gym.Env):
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,))
 UNSUPPORTED = {
-    "Dict": (gym.spaces.Dict({"x": BOX}), gym.spaces.Discrete(2)),
+    r"Dict observation space whose key 'n' is Discrete\(2\)": (gym.spaces.Dict({"x": BOX, "n": gym.spaces.Discrete(2)}),
+                                                                gym.spaces.Discrete(2)),
     "Tuple": (gym.spaces.Tuple([BOX, BOX]), gym.spaces.Discrete(2)),
     "Text": (gym.spaces.Text(5), gym.spaces.Discrete(2)),
     "Graph": (gym.spaces.Graph(BOX, None), gym.spaces.Discrete(2)),

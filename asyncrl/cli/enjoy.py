@@ -41,10 +41,13 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
     wanted. `head` is the run's `asyncrl.learners.base.ActingHead`: it picks the actions the env receives."""
     import torch
 
+    from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
+    from asyncrl.models.obs import obs_from_numpy
+
     spec = env.spec
-    obs = np.zeros((1, *spec.obs_shape), dtype=spec.obs_dtype)
+    obs = obs_zeros(spec, 1)
     reward, terminated, truncated = np.zeros(1, np.float32), np.zeros(1, np.bool_), np.zeros(1, np.bool_)
-    final_obs = np.zeros_like(obs)
+    final_obs = zeros_like(obs)
     actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
     env.reset(seed=args.seed, obs_out=obs)
     if screens is not None:
@@ -56,9 +59,9 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
         if recording:
-            frames.append(screens.frame(obs[0]))
+            frames.append(screens.frame(first_image(obs[0])))
         with torch.no_grad():
-            act = head.actions(torch.from_numpy(obs).to(device), sample=not args.greedy)
+            act = head.actions(obs_from_numpy(obs, device), sample=not args.greedy)
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
         if recording:
@@ -125,7 +128,7 @@ def load(args: argparse.Namespace):
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
     env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
-                       env_kwargs=cfg.env_kwargs_dict)
+                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
     try:
         run = restore_policy(state, path, env.spec, device)
     except PolicyLoadError as exc:

@@ -23,8 +23,26 @@ class EnvError(ValueError):
 
 
 @dataclass(frozen=True)
+class ObsKey:
+    """One entry of a Dict observation: a 3-D image (channels first as stored) or a 1-D vector (float32)."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    channels_last: bool = False  # the env returns this key's image as (H, W, C); shape is (C, H, W)
+
+    @property
+    def image(self) -> bool:
+        return len(self.shape) == 3
+
+
+@dataclass(frozen=True)
 class EnvSpec:
-    """What the buffers and the model need to know about an env."""
+    """What the buffers and the model need to know about an env.
+
+    A Dict observation has `obs_keys` (one entry per key, in the space's order); its `obs_shape` is () and its
+    `obs_dtype` float32, placeholders that nothing sized from them may use (check `is_dict` first).
+    """
 
     name: str
     obs_shape: tuple[int, ...]
@@ -32,6 +50,16 @@ class EnvSpec:
     action_space: gym.spaces.Space  # Discrete, 1-D MultiDiscrete or 1-D Box
     frameskip: int  # emulator frames per agent step (1 for non-Atari envs)
     channels_last: bool = False  # the env returns (H, W, C) images; obs_shape is (C, H, W), the backend transposes
+    obs_keys: tuple[ObsKey, ...] = ()  # a Dict observation's keys; () for a Box observation
+
+    @property
+    def is_dict(self) -> bool:
+        return bool(self.obs_keys)
+
+    @property
+    def has_image(self) -> bool:
+        """Image observations (a 3-D Box, or a Dict with at least one image key): the CNN is in the model."""
+        return any(k.image for k in self.obs_keys) if self.is_dict else len(self.obs_shape) == 3
 
     @property
     def discrete(self) -> bool:

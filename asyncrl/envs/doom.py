@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv
+from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, ObsKey, VecEnv
 
 DOOM_PREFIX = "doom_"
 FRAMESKIP = 4
@@ -41,6 +41,7 @@ RENDER_RESOLUTION = "RES_256X144"
 OBS_SHAPE = (3, HEIGHT, WIDTH)
 # The vector observation every scenario exposes (`DoomVecEnv.game_variables`), in this order.
 GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
+SCREEN_KEY, MEASUREMENTS_KEY = "screen", "measurements"  # the Dict observation's keys (--doom-measurements)
 INSTALL_HINT = "pip install 'asyncrl[doom]'"
 # Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
 # this process SIGKILLs them when the pipe closes, i.e. when this process dies without close() (even by
@@ -119,11 +120,17 @@ def import_vizdoom(name: str) -> Any:
     return vizdoom
 
 
-def doom_env_spec(name: str) -> EnvSpec:
-    """Describe `doom_<scenario>` without starting a game (vizdoom must still be installed)."""
+def doom_env_spec(name: str, measurements: bool = False) -> EnvSpec:
+    """Describe `doom_<scenario>` without starting a game (vizdoom must still be installed); with `measurements`,
+    a Dict observation {"screen": the frame, "measurements": GAME_VARIABLES as float32}."""
     sc = scenario(name)
     import_vizdoom(name)
-    return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), gym.spaces.Discrete(len(sc.actions)), frameskip=FRAMESKIP)
+    actions = gym.spaces.Discrete(len(sc.actions))
+    if measurements:
+        keys = (ObsKey(SCREEN_KEY, OBS_SHAPE, np.dtype(np.uint8)),
+                ObsKey(MEASUREMENTS_KEY, (len(GAME_VARIABLES),), np.dtype(np.float32)))
+        return EnvSpec(name, (), np.dtype(np.float32), actions, frameskip=FRAMESKIP, obs_keys=keys)
+    return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), actions, frameskip=FRAMESKIP)
 
 
 def _instance_id(engine: psutil.Process) -> str:
@@ -149,15 +156,19 @@ class DoomVecEnv(VecEnv):
 
     Training mode: `reward_out` is the raw reward times the scenario's `reward_scale`; eval mode: raw. Episode
     stats always carry the raw return. `game_variables[i]` holds GAME_VARIABLES for the observation now in
-    `obs_out[i]`; `final_game_variables[i]` those of `final_obs_out[i]` where a step truncated env i.
+    `obs_out[i]`; `final_game_variables[i]` those of `final_obs_out[i]` where a step truncated env i. With
+    `measurements` the observations are Dict ones (`ArrayDict`s): the frame in "screen" and the game variables
+    in "measurements" as well.
     """
 
-    def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None) -> None:
+    def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None,
+                 measurements: bool = False) -> None:
         self.num_envs = num_envs
         self.training = training
+        self.measurements = measurements
         self.scenario = scenario(name)
         self._vzd = import_vizdoom(name)
-        self.spec = doom_env_spec(name)
+        self.spec = doom_env_spec(name, measurements)
         buttons = self.scenario.buttons
         table = np.zeros((len(self.scenario.actions), len(buttons)), dtype=np.float64)
         for a, option in enumerate(self.scenario.actions):
@@ -287,9 +298,14 @@ class DoomVecEnv(VecEnv):
                 game.send_game_command("addbot")
         game.new_episode()
 
-    def _read_state(self, i: int, frames: np.ndarray, variables: np.ndarray) -> None:
+    def _read_state(self, i: int, obs: Any, variables: np.ndarray) -> None:
+        """The frame into obs[i] (obs["screen"][i] and, from `variables[i]`, obs["measurements"][i] with
+        measurements), the game variables into variables[i]."""
         state = self.games[i].get_state()
+        frames = obs[SCREEN_KEY] if self.measurements else obs
         rows = state.screen_buffer.reshape(3, HEIGHT, 2, 2 * WIDTH).astype(np.uint16)
         pairs = (rows[:, :, 0] + rows[:, :, 1]).reshape(3, HEIGHT, WIDTH, 2)  # two rows summed, then two columns
         frames[i] = (pairs[..., 0] + pairs[..., 1] + 2) >> 2  # 2x2 average, rounded (sum(axis=...) is 20x slower)
         variables[i] = state.game_variables
+        if self.measurements:
+            obs[MEASUREMENTS_KEY][i] = variables[i]

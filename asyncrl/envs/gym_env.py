@@ -12,10 +12,12 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, VecEnv
+from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, ObsKey, VecEnv
 
-SUPPORTED = ("asyncrl supports Box observation spaces and Discrete, 1-D MultiDiscrete or 1-D Box action spaces "
-             "- see docs/custom-envs.md")
+SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
+             "1-D MultiDiscrete or 1-D Box action spaces - see docs/custom-envs.md")
+DICT_SUPPORTED = ("asyncrl supports Dict observations whose values are 3-D image or 1-D vector Box spaces "
+                  "- see docs/custom-envs.md")
 IMAGE_CHANNELS = (1, 3, 4)
 
 
@@ -26,18 +28,47 @@ def gym_env_spec(name: str, env: gym.Env) -> EnvSpec:
     the spec says (C, H, W) and the backend transposes each observation once.
     """
     obs_space, act_space = env.observation_space, env.action_space
-    if not isinstance(obs_space, gym.spaces.Box):
+    is_dict = isinstance(obs_space, gym.spaces.Dict)
+    if not (isinstance(obs_space, gym.spaces.Box) or is_dict):
         raise EnvError(f"env {name!r} has a {type(obs_space).__name__} observation space; {SUPPORTED}")
     box_action = isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1
     multi_action = isinstance(act_space, gym.spaces.MultiDiscrete) and len(act_space.shape) == 1
     if not (isinstance(act_space, gym.spaces.Discrete) or box_action or multi_action):
         raise EnvError(f"env {name!r} has a {' '.join(str(act_space).split())} action space; {SUPPORTED}")
-    dtype = np.dtype(np.float32) if np.issubdtype(obs_space.dtype, np.floating) else np.dtype(obs_space.dtype)
-    shape = tuple(obs_space.shape)
+    if is_dict:
+        keys = tuple(dict_obs_key(name, key, space) for key, space in obs_space.spaces.items())
+        if not keys:
+            raise EnvError(f"env {name!r} has an empty Dict observation space; {DICT_SUPPORTED}")
+        return EnvSpec(name, (), np.dtype(np.float32), act_space, frameskip=1, obs_keys=keys)
+    shape, dtype, channels_last = _box_layout(obs_space)
+    return EnvSpec(name, shape, dtype, act_space, frameskip=1, channels_last=channels_last)
+
+
+def _box_layout(space: gym.spaces.Box) -> tuple[tuple[int, ...], np.dtype, bool]:
+    """(stored shape, stored dtype, channels_last): float Boxes are stored as float32, channels-last images as
+    (C, H, W)."""
+    dtype = np.dtype(np.float32) if np.issubdtype(space.dtype, np.floating) else np.dtype(space.dtype)
+    shape = tuple(space.shape)
     channels_last = len(shape) == 3 and shape[2] in IMAGE_CHANNELS and shape[0] not in IMAGE_CHANNELS
     if channels_last:
         shape = (shape[2], shape[0], shape[1])
-    return EnvSpec(name, shape, dtype, act_space, frameskip=1, channels_last=channels_last)
+    return shape, dtype, channels_last
+
+
+def dict_obs_key(name: str, key: object, space: gym.spaces.Space) -> ObsKey:
+    """One Dict entry: a 3-D Box image (uint8 or float) or a 1-D Box vector (stored as float32); else EnvError."""
+    if not isinstance(key, str) or not key or "." in key or "/" in key:
+        raise EnvError(f"env {name!r} has a Dict observation key {key!r}; keys must be non-empty strings without "
+                       f"'.' or '/'")
+    if isinstance(space, gym.spaces.Box) and len(space.shape) in (1, 3):
+        shape, dtype, channels_last = _box_layout(space)
+        if len(shape) == 1:
+            dtype = np.dtype(np.float32)
+        elif dtype not in (np.dtype(np.uint8), np.dtype(np.float32)):
+            dtype = np.dtype(np.float32)
+        return ObsKey(key, shape, dtype, channels_last)
+    raise EnvError(f"env {name!r} has a Dict observation space whose key {key!r} is "
+                   f"{' '.join(str(space).split())}; {DICT_SUPPORTED}")
 
 
 class GymVecEnv(VecEnv):
@@ -58,6 +89,9 @@ class GymVecEnv(VecEnv):
         self.envs = [first] + [factory() for _ in range(num_envs - 1)]
         space = self.spec.action_space
         self._to_chw = self.spec.channels_last
+        self._chw_keys = tuple(k.key for k in self.spec.obs_keys if k.channels_last)
+        if self.spec.is_dict:
+            self._chw = self._chw_dict  # type: ignore[method-assign]
         if self.spec.discrete:
             self._start = int(space.start)
         elif self.spec.multi_discrete:
@@ -122,6 +156,12 @@ class GymVecEnv(VecEnv):
     def _chw(self, obs: np.ndarray) -> np.ndarray:
         """A channels-last image as (C, H, W) (a view: the copy is the write into the slot); else as is."""
         return np.moveaxis(obs, 2, 0) if self._to_chw else obs
+
+    def _chw_dict(self, obs: dict) -> dict:
+        """A Dict observation with each channels-last image key as (C, H, W) views."""
+        if not self._chw_keys:
+            return obs
+        return {k: np.moveaxis(v, 2, 0) if k in self._chw_keys else v for k, v in obs.items()}
 
     def _replace(self, i: int, where: str, exc: Exception) -> np.ndarray:
         """Close env i, make and reset a fresh instance in its place, record the fault; its first observation."""

@@ -26,13 +26,13 @@ ATARI_PREFIX = "atari_"
 NAME_HELP = "Run with a registered gymnasium id, atari_<game>, doom_<scenario>, null, or module:callable"
 
 
-def make_env_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+def make_env_spec(name: str, env_kwargs: dict[str, Any] | None = None, *, doom_measurements: bool = False) -> EnvSpec:
     """Describe env `name` (made with `env_kwargs`), creating at most one env (and closing it)."""
     _check_kwargs_apply(name, env_kwargs)
     if name == "null":
         return NULL_SPEC
     if name.startswith(DOOM_PREFIX):
-        return doom_env_spec(name)
+        return doom_env_spec(name, measurements=doom_measurements)
     if name.startswith(ATARI_PREFIX):
         env = make_vec_env(name, 1)
         try:
@@ -48,11 +48,11 @@ def make_env_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpe
 
 def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
                  render_mode: str | None = None, max_episode_frames: int | None = None,
-                 env_kwargs: dict[str, Any] | None = None) -> VecEnv:
+                 env_kwargs: dict[str, Any] | None = None, doom_measurements: bool = False) -> VecEnv:
     """Create `num_envs` copies of env `name`; `training` affects Atari and Doom, `num_threads` and
     `max_episode_frames` (None: the backend's default) only Atari, `render_mode` only registered gymnasium ids
     (custom callables make their envs as they like), `env_kwargs` (constructor arguments) gymnasium ids and
-    custom callables."""
+    custom callables, `doom_measurements` (a Dict observation with the game variables) only Doom."""
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     _check_kwargs_apply(name, env_kwargs)
@@ -61,7 +61,7 @@ def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads
     if name.startswith(DOOM_PREFIX):
         from asyncrl.envs.doom import DoomVecEnv
 
-        return DoomVecEnv(name, num_envs, training=training)
+        return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)
     if name.startswith(ATARI_PREFIX):
         game = name[len(ATARI_PREFIX) :]
         if game not in _rom_ids():

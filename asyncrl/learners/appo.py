@@ -24,6 +24,7 @@ from asyncrl.learners.base import GradientHook, no_gradient_sync
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.actor_critic import ActorCritic, build_model
+from asyncrl.models.obs import map_obs
 from asyncrl.models.precision import resolve_precision
 from asyncrl.policy import PolicyHead
 
@@ -41,7 +42,7 @@ class APPOLearner:
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.model = self.build_policy(spec, cfg, device)
-        if len(spec.obs_shape) == 3:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
+        if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.hp = APPOHyperparams(
@@ -64,7 +65,7 @@ class APPOLearner:
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> ActorCritic:
         """The actor-critic the policy workers act with (the learner trains the same one)."""
         model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
-        model.compute_dtype = resolve_precision(cfg.precision, device, len(spec.obs_shape) == 3)
+        model.compute_dtype = resolve_precision(cfg.precision, device, spec.has_image)
         return model
 
     @staticmethod
@@ -110,7 +111,7 @@ class APPOLearner:
                 steps += 1
         if self.model.obs_normalizer is not None:
             # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
-            self.model.obs_normalizer.update(batch.obs[:-1][mask.bool()])
+            self.model.update_obs_normalizer(map_obs(batch.obs, lambda x: x[:-1]), mask.bool())
         self.version += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         if cfg.lr_schedule == "kl" and "kl" in out:
@@ -133,7 +134,7 @@ class APPOLearner:
               on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, float]:
         t, b = mb.rewards.shape
         t0 = time.monotonic()
-        policy_out, values = self.model(mb.obs.reshape(-1, *self.spec.obs_shape))
+        policy_out, values = self.model(map_obs(mb.obs, lambda x: x.flatten(0, 1)))
         values = values.reshape(t + 1, b)
         # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
         dist = self.model.distribution(policy_out[: t * b])
@@ -175,7 +176,7 @@ class APPOLearner:
         envs = torch.nonzero(mb.final_step >= 0).squeeze(1)
         if len(envs):
             with torch.no_grad():
-                _, v = self.model(mb.final_obs[envs])
+                _, v = self.model(map_obs(mb.final_obs, lambda x: x[envs]))
             out[mb.final_step[envs], envs] = v.reshape(-1).to(out.dtype)
         return torch.where(has_final, out, torch.zeros_like(out))
 

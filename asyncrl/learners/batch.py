@@ -12,24 +12,29 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asyncrl.models.obs import Obs, map_obs
+
 
 @dataclass
 class Batch:
     """Time-major training data: T steps x B envs (B = trajectories x envs per split)."""
 
-    obs: torch.Tensor  # [T + 1, B, ...]
+    obs: Obs  # [T + 1, B, ...] (a Dict observation: a dict of such tensors, one per key)
     actions: torch.Tensor  # [T, B, ...]
     behaviour_logp: torch.Tensor  # [T, B]
     rewards: torch.Tensor  # [T, B]
     terminated: torch.Tensor  # [T, B] bool: the episode reached a terminal state after step t
     truncated: torch.Tensor  # [T, B] bool: a time limit cut the episode after step t
-    final_obs: torch.Tensor  # [B, ...] the observation an env reached at its bootstrapped truncation
+    final_obs: Obs  # [B, ...] the observation an env reached at its bootstrapped truncation
     final_step: torch.Tensor  # [B] that truncation's step, -1 when the env has none
     lag: torch.Tensor  # [T, B] learner version - behaviour version
     valid: torch.Tensor | None = None  # [T, B] bool; False where the env raised (None: all valid)
 
     def columns(self, cols: slice) -> Batch:
-        return Batch(**{f: None if (x := getattr(self, f)) is None else x[cols] if f in PER_ENV else x[:, cols]
+        def take(f: str, x: torch.Tensor) -> torch.Tensor:
+            return x[cols] if f in PER_ENV else x[:, cols]
+
+        return Batch(**{f: None if (x := getattr(self, f)) is None else map_obs(x, lambda v, f=f: take(f, v))
                         for f in self.__dataclass_fields__})
 
     def trainable(self, max_policy_lag: int) -> torch.Tensor:
@@ -64,16 +69,22 @@ def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int
         x = torch.from_numpy(traj[name][slots])  # [k, E, ...]
         return x.reshape(-1, *x.shape[2:]).to(device)
 
-    e = traj["obs"].shape[2]
+    def observations(name: str, copy) -> Obs:
+        if name in traj:
+            return copy(name)
+        keys = [k for k in traj if k.startswith(name + "/")]  # a Dict observation: one array per key
+        return {k[len(name) + 1:]: copy(k) for k in keys}
+
+    e = traj["valid"].shape[2]
     versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
     return Batch(
-        obs=time_major("obs"),
+        obs=observations("obs", time_major),
         actions=time_major("actions"),
         behaviour_logp=time_major("logp"),
         rewards=time_major("rewards"),
         terminated=time_major("terminated"),
         truncated=time_major("truncated"),
-        final_obs=env_major("final_obs"),
+        final_obs=observations("final_obs", env_major),
         final_step=env_major("final_step"),
         lag=(version - versions).to(device),
         valid=time_major("valid"),

@@ -40,6 +40,9 @@ def check_algo_env(cfg: Config, spec: EnvSpec) -> None:
 
     from asyncrl.replay.buffer import check_fits, memory_bytes
 
+    if spec.is_dict:
+        raise ConfigError(f"--algo {cfg.algo} takes vector observations, but {cfg.env} has a Dict observation space; "
+                          f"use --algo appo")
     space = spec.action_space
     if spec.discrete or spec.multi_discrete or not hasattr(space, "low"):
         raise ConfigError(f"--algo {cfg.algo} needs continuous (Box) actions, but {cfg.env} has {space}; "

@@ -12,7 +12,8 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.algo.normalizers import RunningMeanStd
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.encoders import MLP, NatureCNN
+from asyncrl.models.encoders import MLP, DictEncoder, NatureCNN
+from asyncrl.models.obs import Obs
 
 PAD_LOGIT = -1e9
 
@@ -73,14 +74,21 @@ def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
 
 class ActorCritic(nn.Module):
     """Frames share one Nature CNN between policy and value; vectors get separate policy and value MLPs
-    (as in most PPO baselines), so large unnormalised returns cannot swamp the policy's features."""
+    (as in most PPO baselines), so large unnormalised returns cannot swamp the policy's features. A Dict
+    observation gets a `DictEncoder` (a CNN per image key shared by policy and value, a policy and a value MLP
+    per vector key, concatenated); its observation normaliser (`normalize_obs`) is one running mean/std per
+    vector key."""
 
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
         super().__init__()
         self.discrete = spec.discrete
         self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
         image = len(spec.obs_shape) == 3
-        if image:
+        self.dict_obs = spec.is_dict
+        if spec.is_dict:
+            self.encoder = DictEncoder(spec.obs_keys, hidden_size)
+            self.value_encoder = None
+        elif image:
             self.encoder: nn.Module = NatureCNN(*spec.obs_shape)
             self.value_encoder: nn.Module | None = None
         else:
@@ -91,32 +99,53 @@ class ActorCritic(nn.Module):
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
         if not (self.discrete or self.nvec):
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
-        self.obs_normalizer = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
+        self.obs_normalizer: nn.Module | None = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
+        if spec.is_dict:  # vector keys only
+            vectors = {k.key: RunningMeanStd(k.shape) for k in spec.obs_keys if not k.image}
+            self.obs_normalizer = nn.ModuleDict(vectors) if normalize_obs and vectors else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
-        for encoder in (self.encoder, self.value_encoder):
+        for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
             for module in encoder.modules() if encoder is not None else ():
                 if isinstance(module, nn.Linear | nn.Conv2d):
                     nn.init.orthogonal_(module.weight, math.sqrt(2))
                     nn.init.zeros_(module.bias)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [N, ...] -> (policy head output [N, A]: logits or Gaussian means, value [N])."""
         obs = self._normalized(obs)
+        if self.dict_obs:
+            features, value_features = self.encoder.both(obs, self.compute_dtype)
+            return self.policy_head(features), self.value_head(value_features).squeeze(-1)
         features = self._encode(self.encoder, obs)
         value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.policy_head(features), self.value_head(value_features).squeeze(-1)
 
-    def _encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    def _encode(self, encoder: nn.Module, obs: Obs) -> torch.Tensor:
         """The encoder under autocast when a compute dtype is set; the heads always see float32 features."""
+        if self.dict_obs:
+            return encoder(obs, self.compute_dtype)
         if self.compute_dtype is None:
             return encoder(obs)
         with torch.autocast(obs.device.type, dtype=self.compute_dtype):
             return encoder(obs).float()
 
-    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_normalizer is not None:
-            return self.obs_normalizer.normalize(obs.float()).float()
-        return obs
+    def _normalized(self, obs: Obs) -> Obs:
+        if self.obs_normalizer is None:
+            return obs
+        if isinstance(obs, dict):
+            norms = self.obs_normalizer
+            return {k: norms[k].normalize(v.float()).float() if k in norms else v for k, v in obs.items()}
+        return self.obs_normalizer.normalize(obs.float()).float()
+
+    def update_obs_normalizer(self, obs: Obs, mask: torch.Tensor) -> None:
+        """Fold the observations where `mask` (their leading dimensions) is True into the normaliser."""
+        if self.obs_normalizer is None:
+            return
+        if isinstance(obs, dict):
+            for k, norm in self.obs_normalizer.items():
+                norm.update(obs[k][mask])
+        else:
+            self.obs_normalizer.update(obs[mask])
 
     def distribution(self, policy_out: torch.Tensor) -> Distribution:
         if self.discrete:
@@ -126,7 +155,7 @@ class ActorCritic(nn.Module):
         return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions for inference: (actions, log-probs).
 
         The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max

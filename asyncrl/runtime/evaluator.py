@@ -25,6 +25,7 @@ import numpy as np
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec, VecEnv
+from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
 from asyncrl.runtime.channels import Channels, report
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
@@ -113,7 +114,9 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     from asyncrl.models.actor_critic import MultiCategorical
 
     env, render = _make_env(cfg, n, record)
-    obs = np.zeros((n, *spec.obs_shape), dtype=spec.obs_dtype)
+    from asyncrl.models.obs import obs_from_numpy
+
+    obs = obs_zeros(spec, n)
     reward, done = np.zeros(n, np.float32), np.zeros(n, np.bool_)
     actions = np.zeros((n, *spec.action_shape), dtype=spec.action_dtype)
     returns, lengths = np.zeros(n, np.float64), np.zeros(n, np.int64)
@@ -125,12 +128,13 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
         for _ in range(MAX_EPISODE_STEPS):
             if record and not finished[0] and len(frames) < MAX_VIDEO_FRAMES:
                 frame = render() if render is not None else None
-                frames.append(frame if frame is not None else _obs_frame(obs[0]))
+                frames.append(frame if frame is not None else _obs_frame(first_image(obs[0])))
             if finished.all() or not alive():
                 break
             with torch.inference_mode():
+                x = obs_from_numpy(obs)
                 if greedy:  # the published module's forward: logits or Gaussian means, or the greedy action
-                    policy_out, _ = model(torch.from_numpy(obs))
+                    policy_out, _ = model(x)
                     if spec.discrete:
                         act = policy_out.argmax(-1)
                     elif spec.multi_discrete:  # the most likely choice of each component
@@ -138,7 +142,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
                     else:
                         act = policy_out
                 else:  # as the policy workers sample
-                    act, _ = model.act(torch.from_numpy(obs))
+                    act, _ = model.act(x)
             actions[:] = act.numpy()
             step(actions, obs, reward, done)
             running = ~finished
@@ -154,7 +158,7 @@ def _stepper(env: VecEnv, obs: np.ndarray) -> Callable[[np.ndarray, np.ndarray, 
     """`step(actions, obs, reward, done)`: an evaluation only needs to know that an episode ended (terminated
     or truncated alike)."""
     terminated, truncated = np.zeros(len(obs), np.bool_), np.zeros(len(obs), np.bool_)
-    final_obs = np.zeros_like(obs)
+    final_obs = zeros_like(obs)
 
     def step(actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, done_out: np.ndarray) -> object:
         finished = env.step(actions, obs_out, reward_out, terminated, truncated, final_obs)
@@ -171,7 +175,7 @@ def _make_env(cfg: Config, n: int, record: bool) -> tuple[VecEnv, Callable[[], n
     from asyncrl.envs.registry import make_vec_env
 
     env = make_vec_env(cfg.env, n, training=False, render_mode="rgb_array" if record else None,
-                       env_kwargs=cfg.env_kwargs_dict)
+                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
     if record and isinstance(env, GymVecEnv):
         return env, _Renderer(env.envs[0])
     return env, None

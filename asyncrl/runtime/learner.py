@@ -20,6 +20,7 @@ from asyncrl.learners.base import Learner
 from asyncrl.learners.batch import Batch, gather_batch
 from asyncrl.learners.registry import make_learner
 from asyncrl.models.actor_critic import flat_state
+from asyncrl.models.obs import obs_tensors
 from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
@@ -179,7 +180,8 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
     """Report the divergence as fatal. The skipped steps left the weights as they were, so the final save at the
     runner's stop keeps them (`save` refuses non-finite weights)."""
-    bad = [n for n in ("rewards", "obs") if not torch.isfinite(getattr(batch, n).float()).all()]
+    bad = [n for n in ("rewards", "obs")
+           if not all(torch.isfinite(x.float()).all() for x in obs_tensors(getattr(batch, n)))]
     cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
     message = (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
                f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "

@@ -22,6 +22,7 @@ from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.seeding import make_deterministic
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
+from asyncrl.runtime.trajectories import obs_arrays
 
 
 class WeightsReader:
@@ -64,7 +65,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     # Distinct sampling noise per worker, per restart and per resumed run (forked workers share torch's default).
     torch.manual_seed(hash((cfg.seed, index, int(channels.live["policy_epoch"][0]), reader.version)) % 2**63)
 
-    obs, actions, logp, versions = traj["obs"], traj["actions"], traj["logp"], traj["versions"]
+    obs, actions, logp, versions = obs_arrays(traj, "obs"), traj["actions"], traj["logp"], traj["versions"]
     want, acted = channels.live["want"], channels.live["acted"]  # the action handshake (runtime/liveness.py)
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
     stats = IntervalStats(channels, "policy", index)
@@ -87,8 +88,14 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
             if not len(req):
                 continue
         workers, splits, slots, steps = req[:, 0], req[:, 1], req[:, 2], req[:, 3]
-        batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
-        flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
+        if spec.is_dict:  # one gathered copy per key
+            flat = {k: torch.from_numpy(a[slots, steps]).flatten(0, 1).to(device, non_blocking=True)
+                    for k, a in obs.items()}
+            n_samples = len(requests) * cfg.envs_per_split
+        else:
+            batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
+            flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
+            n_samples = flat.shape[0]
         acts, lps = model.act(flat)
         actions[slots, steps] = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
         logp[slots, steps] = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
@@ -99,5 +106,5 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         stats.add("t_wait", t1 - t0)
         stats.add("t_infer", time.monotonic() - t1)
         stats.add("batches", 1)
-        stats.add("samples", flat.shape[0])
+        stats.add("samples", n_samples)
         stats.maybe_report(version=reader.version)

@@ -48,7 +48,8 @@ class RolloutGuard:
         cfg = self.cfg
         try:
             self.envs = [make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads,
-                                      max_episode_frames=cfg.max_episode_frames, env_kwargs=cfg.env_kwargs_dict)
+                                      max_episode_frames=cfg.max_episode_frames, env_kwargs=cfg.env_kwargs_dict,
+                                      doom_measurements=cfg.doom_measurements)
                          for _ in range(cfg.worker_splits)]
         except Exception as exc:
             self.fatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}")

@@ -17,23 +17,24 @@ import numpy as np
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvBroken
+from asyncrl.envs.dict_obs import zeros_like
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.liveness import NO_OWNER
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
-from asyncrl.runtime.trajectories import NO_FINAL
+from asyncrl.runtime.trajectories import NO_FINAL, obs_arrays
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
     init_child(f"asyncrl-rollout-{worker}", cfg.rollout_nice)
-    obs, actions, rewards, valid = traj["obs"], traj["actions"], traj["rewards"], traj["valid"]
-    terminated, truncated, final_obs, final_step = (traj[k] for k in ("terminated", "truncated", "final_obs",
-                                                                     "final_step"))
+    obs, actions, rewards, valid = obs_arrays(traj, "obs"), traj["actions"], traj["rewards"], traj["valid"]
+    terminated, truncated, final_step = traj["terminated"], traj["truncated"], traj["final_step"]
+    final_obs = obs_arrays(traj, "final_obs")  # an ArrayDict (one array per key) for a Dict observation
     # Per split: the backend's final observations of truncated envs, and the bootstrap observation in transit.
-    final_scratch = [np.zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
-    carry = [np.zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
+    final_scratch = [zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
+    carry = [zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
     my_queue = channels.actions_ready[worker]
@@ -86,7 +87,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         t += 1
         if t == cfg.rollout:
             owner[slot] = want[slot] = NO_OWNER  # no request for this slot may be served from now on
-            np.copyto(carry[split], obs[slot, t])  # the bootstrap observation starts the next trajectory
+            carry[split][...] = obs[slot, t]  # the bootstrap observation starts the next trajectory
             if cfg.deterministic:  # the runner counts these steps before the learner's report on them
                 stats.maybe_report(force=True)
             channels.full.put(slot)  # from here on the slot is the learner's: no more reads or writes

@@ -34,7 +34,10 @@ def model_meta(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
         "obs_dtype": str(np.dtype(spec.obs_dtype)),
         "action_space": describe_space(spec.action_space),
     }
-    if len(spec.obs_shape) != 3:  # image observations always use the CNN; these only shape the MLP
+    if spec.is_dict:  # per key
+        meta["obs_shape"] = {k.key: [int(d) for d in k.shape] for k in spec.obs_keys}
+        meta["obs_dtype"] = {k.key: str(np.dtype(k.dtype)) for k in spec.obs_keys}
+    if spec.is_dict or len(spec.obs_shape) != 3:  # image observations always use the CNN; these only shape the MLP
         meta.update(hidden_size=cfg.hidden_size, normalize_obs=cfg.normalize_obs)
     return meta
 

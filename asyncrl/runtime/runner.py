@@ -83,7 +83,7 @@ class Runner:
     def __init__(self, cfg: Config, out=print):
         self.cfg = cfg
         self.out = out
-        self.spec = make_env_spec(cfg.env, cfg.env_kwargs_dict)
+        self.spec = make_env_spec(cfg.env, cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
         self.stop_reason: str | None = None
         self.t_signal: float | None = None  # time.monotonic() of the first stop signal
         self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck

@@ -4,14 +4,20 @@ A slot holds one trajectory of one worker split: `rollout` steps of `envs_per_sp
 Rollout workers write observations, rewards, the terminated/truncated flags (plus, for an env whose episode a
 time limit cut, the observation it reached: `final_obs`/`final_step`) and step validity; policy workers write
 actions, log-probs and the policy version that acted. Queues only ever carry slot indices.
+
+A Dict observation gets one array per key for `obs` and `final_obs` (`obs/<key>`, `final_obs/<key>`);
+`obs_arrays(traj, "obs")` gives them back as one `ArrayDict` (a Box observation's plain array otherwise).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.envs.dict_obs import ArrayDict
 from asyncrl.runtime.shared import SharedArrays
 
 Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
@@ -30,7 +36,7 @@ def num_slots(cfg: Config) -> int:
 def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:
     s, t, e = num_slots(cfg), cfg.rollout, cfg.envs_per_split
     return {
-        "obs": ((s, t + 1, e, *spec.obs_shape), spec.obs_dtype),  # obs[T] is the bootstrap observation
+        **_obs_layout(spec, "obs", (s, t + 1, e)),  # obs[T] is the bootstrap observation
         "actions": ((s, t, e, *spec.action_shape), spec.action_dtype),
         "logp": ((s, t, e), np.dtype(np.float32)),
         "rewards": ((s, t, e), np.dtype(np.float32)),
@@ -38,11 +44,25 @@ def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:
         "truncated": ((s, t, e), np.dtype(np.bool_)),  # a time limit cut the episode after step t
         # The observation an env reached at its first truncation in the slot (before the reset), and that
         # step's index (-1: none). Later truncations of the same env in the slot have no final observation.
-        "final_obs": ((s, e, *spec.obs_shape), spec.obs_dtype),
+        **_obs_layout(spec, "final_obs", (s, e)),
         "final_step": ((s, e), np.dtype(np.int64)),
         "versions": ((s, t), np.dtype(np.int64)),  # policy version that chose each step's actions
         "valid": ((s, t, e), np.dtype(np.bool_)),  # False: the env raised in this step (left out of training)
     }
+
+
+def _obs_layout(spec: EnvSpec, name: str, lead: tuple[int, ...]) -> Layout:
+    if spec.is_dict:
+        return {f"{name}/{k.key}": ((*lead, *k.shape), k.dtype) for k in spec.obs_keys}
+    return {name: ((*lead, *spec.obs_shape), spec.obs_dtype)}
+
+
+def obs_arrays(traj: Mapping[str, np.ndarray], name: str = "obs") -> np.ndarray | ArrayDict:
+    """The `obs` (or `final_obs`) array, or for a Dict observation its per-key arrays as one ArrayDict."""
+    if name in traj:
+        return traj[name]
+    prefix = name + "/"
+    return ArrayDict({k[len(prefix):]: a for k, a in traj.items() if k.startswith(prefix)})
 
 
 def allocate_trajectories(cfg: Config, spec: EnvSpec) -> SharedArrays:
