@@ -4,14 +4,17 @@ pure pieces (window selection, ratios, the suite plan, the markdown report)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from importlib.util import find_spec
 
 from asyncrl.bench.env_only import window_rates
 from asyncrl.bench.naive import atari_id, run_naive
+from asyncrl.bench.replay import CASES, fill_for, run_replay
 from asyncrl.bench.report import markdown
 from asyncrl.bench.settings import BenchSettings
-from asyncrl.bench.suite import add_ratios, last_record, plan, scaling_points
+from asyncrl.bench.suite import DOOM_ENVS, add_ratios, command, last_record, plan, scaling_points, suite_envs
 from asyncrl.bench.trainer import measured_windows
 from asyncrl.cli.bench import split_argv
 
@@ -76,8 +79,8 @@ def test_plan_and_helpers() -> None:
     quick = plan(["atari_pong"], True, BenchSettings())
     assert [(s.settings.env, s.settings.mode) for s in quick] == [
         ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "naive"),
-        ("null", "null"), ("null", "null")]
-    assert [s.settings.envs_per_worker for s in quick[-2:]] == [16, 64]
+        ("null", "null"), ("null", "null"), ("replay", "replay")]
+    assert [s.settings.envs_per_worker for s in quick[-3:-1]] == [16, 64]
     assert all(s.settings.repeats >= 3 for s in quick)
     full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
     assert [s.settings.workers for s in full if s.scaling] == [1, 2]
@@ -91,3 +94,46 @@ def test_flags_after_double_dash_go_to_the_trainer() -> None:
     s = BenchSettings(mode="train", extra_trainer_args=tuple(extra))
     assert s.trainer_args()[-3:] == ["--train", "--learner-threads", "2"]
     assert BenchSettings(mode="sampler").trainer_args()[-1] == "--no-train"
+
+
+def test_replay_mode_gives_finite_positive_figures_on_a_small_buffer() -> None:
+    s = BenchSettings(mode="replay", env="replay", seconds=0.06, repeats=3, replay_capacity=8192, replay_fill_gib=1.0)
+    record = run_replay(s)
+    rows = record["replay"]
+    assert [(r["observation"], r["sampling"]) for r in rows] == [
+        ("pendulum", "uniform"), ("pendulum", "prioritized"), ("atari", "uniform"), ("atari", "prioritized")]
+    for row in rows:
+        assert row["capacity"] == 8192 and row["held"] == 8192
+        figures = [row["insert_per_s"], row["first_fill_per_s"], row["sample_per_s"], row["sample_us"],
+                   *row["insert_windows"], *row["sample_windows"]]
+        assert all(math.isfinite(x) and x > 0 for x in figures), row
+        assert len(row["insert_windows"]) == len(row["sample_windows"]) == 3
+    assert rows[0]["per_update_us"] is None
+    assert all(math.isfinite(r["per_update_us"]) and r["per_update_us"] > 0 for r in rows[1::2])
+    text = markdown([{**record, "machine": {"cpu_count": 2}}], [])
+    assert "| atari 84x84 uint8 | prioritized | 8,192 |" in text and " us |" in text
+
+
+def test_replay_fill_is_bounded_by_memory() -> None:
+    atari = CASES[1]
+    fill, touched = fill_for(atari, 1_000_000, 0.5)
+    assert 0 < fill < 1_000_000 and fill % 2048 == 0
+    assert fill * 84 * 84 < 0.5 * 2**30 < touched < 0.6 * 2**30 < atari.memory_bytes(1_000_000)
+    assert fill_for(CASES[0], 1_000_000, 0.5)[0] == 999_424  # Pendulum-like: the whole capacity (whole chunks)
+
+
+def test_suite_plans_replay_and_doom_only_with_vizdoom() -> None:
+    envs, skipped = suite_envs(None)
+    if find_spec("vizdoom") is None:
+        assert skipped and "vizdoom" in skipped and not any(e.startswith("doom_") for e in envs)
+    else:
+        assert skipped is None and envs[-2:] == list(DOOM_ENVS)
+    assert suite_envs("CartPole-v1") == (["CartPole-v1"], None)
+    steps = [s.settings for s in plan(["doom_basic"], True, BenchSettings())]
+    assert [(s.env, s.mode) for s in steps] == [("doom_basic", "env_only"), ("doom_basic", "sampler"),
+                                                 ("doom_basic", "train"), ("null", "null"), ("null", "null"),
+                                                 ("replay", "replay")]
+    assert all(s.envs_per_worker == 8 for s in steps[:3])
+    assert steps[-1].replay_fill_gib == 0.05 and steps[-1].window_s == 0.3
+    assert "--replay-capacity" in command(steps[-1]) and "replay" not in [r["env"] for r in add_ratios(
+        [{"env": "replay", "mode": "replay"}])]

@@ -13,17 +13,43 @@ from asyncrl.bench.settings import NAIVE_ENVS, NULL_WIDE_ENVS_PER_WORKER, BenchS
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
+# VizDoom, when the extra is installed: the simplest scenario and the closest to Sample Factory's doom_battle
+# (a deathmatch against bots). No naive row: the naive loop runs gymnasium ids and Atari only.
+DOOM_ENVS = ("doom_basic", "doom_deathmatch_bots")
+DOOM_MODES = ("env_only", "sampler", "train")
+# Every game is an engine process of its own (with 7 bots in the deathmatch), so Doom runs the reference
+# 4 workers with 8 envs each (4 per split): 32 engines rather than 64, still one batch of 1024 in flight.
+DOOM_LAYOUT = {"envs_per_worker": 8}
 # Seconds measured and windows per figure. The learner frees trajectory slots a batch at a time, so with
 # learning on the env-step count moves in steps of one batch: train windows must span several updates.
 QUICK = {"seconds": 9.0, "repeats": 3}  # 3 windows of 3 s after a 3 s warm-up
 QUICK_TRAIN = {"seconds": 15.0, "repeats": 3}
 FULL = {"seconds": 40.0, "repeats": 5}  # 5 windows of 8 s after an 8 s warm-up
+# replay: every figure (insert, sample, PER update; 2 observation kinds x uniform / prioritized) has its own
+# windows, and each buffer's first fill is bounded to replay_fill_gib of memory.
+QUICK_REPLAY = {"seconds": 0.9, "repeats": 3, "replay_fill_gib": 0.05}
+FULL_REPLAY = {"seconds": 5.0, "repeats": 5}
 
 
 def timing(mode: str, quick: bool) -> dict[str, Any]:
+    if mode == "replay":
+        return QUICK_REPLAY if quick else FULL_REPLAY
     if not quick:
         return FULL
     return QUICK_TRAIN if mode == "train" else QUICK
+
+
+def vizdoom_missing() -> str | None:
+    """Why the Doom rows cannot run (vizdoom does not import), or None."""
+    try:
+        import vizdoom  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken native library
+        return f"vizdoom does not import ({type(exc).__name__}: {exc}); pip install 'asyncrl[doom]'"
+    return None
+
+
+def modes_for(env: str) -> tuple[str, ...]:
+    return DOOM_MODES if env.startswith("doom_") else ENV_MODES
 
 
 @dataclass(frozen=True)
@@ -43,21 +69,24 @@ def scaling_points(cpus: int) -> list[int]:
 
 def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = None,
          overrides: dict[str, Any] | None = None) -> list[Step]:
-    """env_only, sampler, train and naive per env, then null at the reference layout and with 32 envs per
-    request; the full suite adds sampler scaling on envs[0].
+    """env_only, sampler, train and naive per env (Doom: no naive, 8 envs per worker), then null at the reference
+    layout and with 32 envs per request, then replay; the full suite adds sampler scaling on envs[0].
 
     `overrides` (seconds, repeats) replace the suite's own timing for every step.
     """
     steps = []
     for env in envs:
-        for mode in ENV_MODES:
+        for mode in modes_for(env):
             changes: dict[str, Any] = {"env": env, **timing(mode, quick), **(overrides or {})}
             if mode == "naive":
                 changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
+            if env.startswith("doom_"):
+                changes.update(DOOM_LAYOUT)
             steps.append(Step(base.for_mode(mode, **changes)))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
+    steps.append(Step(base.for_mode("replay", **timing("replay", quick), **(overrides or {}))))
     if not quick:
         for w in scaling_points(cpus or usable_cpus()):
             if w != base.workers:  # the reference sampler row is that point
@@ -72,6 +101,7 @@ def command(s: BenchSettings) -> list[str]:
             "--rollout", str(s.rollout), "--batch-size", str(s.batch_size), "--minibatches", str(s.minibatches),
             "--epochs", str(s.epochs), "--hidden-size", str(s.hidden_size),
             "--seconds", str(s.seconds), "--repeats", str(s.repeats),
+            "--replay-capacity", str(s.replay_capacity), "--replay-fill-gib", str(s.replay_fill_gib),
             *(["--", *s.extra_trainer_args] if s.extra_trainer_args else [])]
 
 
@@ -116,7 +146,7 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
 def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set sampler/env_only on sampler rows and train/sampler, train/naive on train rows; return one row per env."""
     rows = []
-    for env in dict.fromkeys(r["env"] for r in records if r["mode"] != "null"):
+    for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay")):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
                "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive)}
@@ -127,6 +157,17 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
         rows.append(row)
     return rows
+
+
+def suite_envs(env: str | None) -> tuple[list[str], str | None]:
+    """The envs to measure (`env` alone, or the suite's, with Doom's when vizdoom imports) and why Doom is
+    skipped (None when it is not)."""
+    if env:
+        return [env], None
+    missing = vizdoom_missing()
+    if missing:
+        return list(SUITE_ENVS), f"{', '.join(DOOM_ENVS)} skipped: {missing}"
+    return [*SUITE_ENVS, *DOOM_ENVS], None
 
 
 def run_suite(envs: list[str], quick: bool, base: BenchSettings, overrides: dict[str, Any] | None = None,
