@@ -33,10 +33,13 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
 
 
 def ratio_table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| env | sampler / env_only | train / sampler | asyncrl train / naive |", "|---|---:|---:|---:|"]
+    sf2 = any(row.get("asyncrl_over_sf2") for row in rows)  # a column only when Sample Factory ran
+    lines = ["| env | sampler / env_only | train / sampler | asyncrl train / naive |"
+             + (" asyncrl train / Sample Factory 2 train |" if sf2 else ""), "|---|---:|---:|---:|" + ("---:|" * sf2)]
     for row in rows:
         lines.append(f"| {row['env']} | {_num(row['sampler_over_env_only'], '.2f')} | "
-                     f"{_num(row['train_over_sampler'], '.2f')} | {_num(row['asyncrl_over_naive'], '.2f')} |")
+                     f"{_num(row['train_over_sampler'], '.2f')} | {_num(row['asyncrl_over_naive'], '.2f')} |"
+                     + (f" {_num(row.get('asyncrl_over_sf2'), '.2f')} |" if sf2 else ""))
     return lines
 
 

@@ -16,6 +16,8 @@ MODES: dict[str, str] = {
     "replay": "replay-buffer insert and sample transitions/s at --replay-capacity (default 1M), uniform and "
               "prioritized, Pendulum-like (3 float32) and Atari-like (84x84 uint8) observations, and the time "
               "of one prioritized-replay update of 256 priorities (in this process; --env is ignored)",
+    "sf2_train": "Sample Factory 2 training a doom_ env with the same layout, from the interpreter --sf2-python "
+                 "points at (its own virtual environment): its env frames/s from its own log",
 }
 TRAINER_MODES = ("sampler", "train", "null")
 
@@ -50,6 +52,7 @@ class BenchSettings:
     extra_trainer_args: tuple[str, ...] = ()  # more asyncrl-train flags (sampler, train and null only)
     replay_capacity: int = REPLAY_CAPACITY  # replay mode only
     replay_fill_gib: float = REPLAY_FILL_GIB  # replay mode only
+    sf2_python: str = ""  # sf2_train mode only: a Python with sample-factory and vizdoom installed
 
     @property
     def window_s(self) -> float:

@@ -17,6 +17,8 @@ ENV_MODES = ("env_only", "sampler", "train", "naive")
 # (a deathmatch against bots). No naive row: the naive loop runs gymnasium ids and Atari only.
 DOOM_ENVS = ("doom_basic", "doom_deathmatch_bots")
 DOOM_MODES = ("env_only", "sampler", "train")
+QUICK_DOOM_ENVS = ("doom_basic",)  # --quick: one scenario, the two ends of the pipeline
+QUICK_DOOM_MODES = ("env_only", "train")
 # Every game is an engine process of its own (with 7 bots in the deathmatch), so Doom runs the reference
 # 4 workers with 8 envs each (4 per split): 32 engines rather than 64, still one batch of 1024 in flight.
 DOOM_LAYOUT = {"envs_per_worker": 8}
@@ -48,8 +50,10 @@ def vizdoom_missing() -> str | None:
     return None
 
 
-def modes_for(env: str) -> tuple[str, ...]:
-    return DOOM_MODES if env.startswith("doom_") else ENV_MODES
+def modes_for(env: str, quick: bool) -> tuple[str, ...]:
+    if env.startswith("doom_"):
+        return QUICK_DOOM_MODES if quick else DOOM_MODES
+    return ENV_MODES
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,15 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
     """
     steps = []
     for env in envs:
-        for mode in modes_for(env):
+        for mode in modes_for(env, quick):
             changes: dict[str, Any] = {"env": env, **timing(mode, quick), **(overrides or {})}
             if mode == "naive":
                 changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
             if env.startswith("doom_"):
                 changes.update(DOOM_LAYOUT)
             steps.append(Step(base.for_mode(mode, **changes)))
+            if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
+                steps.append(Step(base.for_mode("sf2_train", **changes)))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
@@ -102,6 +108,7 @@ def command(s: BenchSettings) -> list[str]:
             "--epochs", str(s.epochs), "--hidden-size", str(s.hidden_size),
             "--seconds", str(s.seconds), "--repeats", str(s.repeats),
             "--replay-capacity", str(s.replay_capacity), "--replay-fill-gib", str(s.replay_fill_gib),
+            *(["--sf2-python", s.sf2_python] if s.sf2_python else []),
             *(["--", *s.extra_trainer_args] if s.extra_trainer_args else [])]
 
 
@@ -144,30 +151,34 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
 
 
 def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Set sampler/env_only on sampler rows and train/sampler, train/naive on train rows; return one row per env."""
+    """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
+    row per env."""
     rows = []
-    for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay")):
+    for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay", "sf2_train")):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
-               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive)}
+               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive),
+               "asyncrl_over_sf2": ratio(train, find(records, env, "sf2_train"))}
         if sampler:
             sampler["sampler_over_env_only"] = row["sampler_over_env_only"]
         if train:
             train["train_over_sampler"] = row["train_over_sampler"]
             train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
+            train["asyncrl_over_sf2"] = row["asyncrl_over_sf2"]
         rows.append(row)
     return rows
 
 
-def suite_envs(env: str | None) -> tuple[list[str], str | None]:
+def suite_envs(env: str | None, quick: bool = False) -> tuple[list[str], str | None]:
     """The envs to measure (`env` alone, or the suite's, with Doom's when vizdoom imports) and why Doom is
     skipped (None when it is not)."""
     if env:
         return [env], None
+    doom = QUICK_DOOM_ENVS if quick else DOOM_ENVS
     missing = vizdoom_missing()
     if missing:
-        return list(SUITE_ENVS), f"{', '.join(DOOM_ENVS)} skipped: {missing}"
-    return [*SUITE_ENVS, *DOOM_ENVS], None
+        return list(SUITE_ENVS), f"{', '.join(doom)} skipped: {missing}"
+    return [*SUITE_ENVS, *doom], None
 
 
 def run_suite(envs: list[str], quick: bool, base: BenchSettings, overrides: dict[str, Any] | None = None,

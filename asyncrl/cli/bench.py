@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replay-fill-gib", type=float, default=None,
                    help=f"replay mode: memory each buffer may touch when first filled (default {REPLAY_FILL_GIB:g}; "
                         "--quick suite 0.05)")
+    p.add_argument("--sf2-python", default="", metavar="PATH",
+                   help="a Python with sample-factory and vizdoom (its own venv): the suite then also runs "
+                        "Sample Factory 2 training each doom_ env (mode sf2_train)")
     p.add_argument("--out", default=os.path.join("bench", "results.json"), help="suite records (JSON list)")
     return p
 
@@ -80,7 +83,7 @@ def settings_from(args: argparse.Namespace, trainer_args: list[str]) -> BenchSet
         envs_per_worker=args.envs_per_worker, rollout=args.rollout, batch_size=args.batch_size,
         minibatches=args.minibatches, epochs=args.epochs, hidden_size=args.hidden_size,
         seconds=args.seconds or (REPLAY_SECONDS if mode == "replay" else 15.0), repeats=args.repeats or 3,
-        extra_trainer_args=tuple(trainer_args),
+        extra_trainer_args=tuple(trainer_args), sf2_python=args.sf2_python,
         replay_capacity=args.replay_capacity, replay_fill_gib=args.replay_fill_gib or REPLAY_FILL_GIB)
 
 
@@ -94,6 +97,11 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
         from asyncrl.bench.naive import run_naive as run
     elif s.mode == "replay":
         from asyncrl.bench.replay import run_replay as run
+    elif s.mode == "sf2_train":
+        from asyncrl.bench.sample_factory import run_sample_factory
+
+        def run(s: BenchSettings) -> dict[str, Any]:
+            return run_sample_factory(s, s.sf2_python)
     else:
         from asyncrl.bench.trainer import run_trainer as run
     record = run(s)
@@ -107,7 +115,7 @@ def run_suite_cli(args: argparse.Namespace, base: BenchSettings) -> int:
 
     overrides = {k: v for k, v in (("seconds", args.seconds), ("repeats", args.repeats),
                                    ("replay_fill_gib", args.replay_fill_gib)) if v}
-    envs, skipped = suite_envs(args.env)
+    envs, skipped = suite_envs(args.env, args.quick)
     if skipped:
         print(f"asyncrl-bench: {skipped}", file=sys.stderr, flush=True)
     records, ratios = run_suite(envs, args.quick, base, overrides)
@@ -139,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.replay_fill_gib is not None and args.replay_fill_gib <= 0:
         print("asyncrl-bench: error: --replay-fill-gib must be > 0", file=sys.stderr)
+        return 2
+    if args.sf2_python and not (os.path.isfile(args.sf2_python) and os.access(args.sf2_python, os.X_OK)):
+        print(f"asyncrl-bench: error: --sf2-python {args.sf2_python} is not an executable file: give the python of "
+              "a venv with `pip install sample-factory vizdoom`", file=sys.stderr)
+        return 2
+    if args.mode == "sf2_train" and not (args.sf2_python and (args.env or "").startswith("doom_")):
+        print("asyncrl-bench: error: --mode sf2_train needs --sf2-python PATH and --env doom_<scenario>",
+              file=sys.stderr)
         return 2
     base = settings_from(args, trainer_args)
     if args.mode is None:
