@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,7 @@ def run_step(step: Step, log=print) -> dict[str, Any]:
     """One measurement in a fresh process; a failure becomes a record with `error` so the suite goes on."""
     s = step.settings
     log(f"asyncrl-bench: {s.env} {s.mode} ({s.workers} x {s.envs_per_worker}) ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
     proc = subprocess.Popen(command(s), stdout=subprocess.PIPE, text=True)
     try:
         stdout, _ = proc.communicate()
@@ -127,6 +129,7 @@ def run_step(step: Step, log=print) -> dict[str, Any]:
         record = {"env": s.env, "mode": s.mode, "workers": s.workers, "envs_per_worker": s.envs_per_worker,
                   "sps": None, "fps": None, "repeats": 0, "error": f"exit code {proc.returncode}"}
     record["scaling"] = step.scaling
+    record["step_wall_s"] = round(time.monotonic() - started, 1)  # start-up and stop included
     return record
 
 
