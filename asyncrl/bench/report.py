@@ -27,8 +27,9 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
         spread = f"{_num(r['sps_min'])}-{_num(r['sps_max'])} ({r['repeats']} x {r['window_s']:g} s)"
         cpu = (r.get("stages") or {}).get("cpu_run")
         load = (r.get("machine") or {}).get("load_avg") or [None]
+        used = "-" if cpu is None else f"{cpu:.0f}%"
         lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
-                     f"| {r.get('limited_by') or '-'} | {_num(cpu, '.0f')}% | {_num(load[0], '.1f')} |")
+                     f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} |")
     return lines
 
 

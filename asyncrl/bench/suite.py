@@ -116,7 +116,8 @@ def command(s: BenchSettings) -> list[str]:
 def run_step(step: Step, log=print) -> dict[str, Any]:
     """One measurement in a fresh process; a failure becomes a record with `error` so the suite goes on."""
     s = step.settings
-    log(f"asyncrl-bench: {s.env} {s.mode} ({s.workers} x {s.envs_per_worker}) ...", file=sys.stderr, flush=True)
+    layout = f" (capacity {s.replay_capacity:,})" if s.mode == "replay" else f" ({s.workers} x {s.envs_per_worker})"
+    log(f"asyncrl-bench: {s.env} {s.mode}{layout} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(command(s), stdout=subprocess.PIPE, text=True)
     try:
