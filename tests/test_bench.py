@@ -9,6 +9,8 @@ import subprocess
 import sys
 from importlib.util import find_spec
 
+import pytest
+
 from asyncrl.bench.env_only import window_rates
 from asyncrl.bench.naive import atari_id, run_naive
 from asyncrl.bench.replay import CASES, fill_for, run_replay
@@ -124,12 +126,16 @@ def test_replay_fill_is_bounded_by_memory() -> None:
     assert fill_for(CASES[0], 1_000_000, 0.5)[0] == 999_424  # Pendulum-like: the whole capacity (whole chunks)
 
 
-def test_suite_plans_replay_and_doom_only_with_vizdoom() -> None:
+def test_suite_plans_replay_and_doom_only_with_vizdoom(monkeypatch: pytest.MonkeyPatch) -> None:
     envs, skipped = suite_envs(None)
-    if find_spec("vizdoom") is None:
-        assert skipped and "vizdoom" in skipped and not any(e.startswith("doom_") for e in envs)
-    else:
+    if find_spec("vizdoom") is not None:
         assert skipped is None and envs[-2:] == list(DOOM_ENVS)
+    monkeypatch.setitem(sys.modules, "vizdoom", None)  # `import vizdoom` now raises ImportError
+    envs, skipped = suite_envs(None)
+    assert envs == ["atari_pong", "CartPole-v1"]
+    assert skipped.startswith("doom_basic, doom_deathmatch_bots skipped: vizdoom does not import")
+    assert "\n" not in skipped
+    monkeypatch.undo()
     assert suite_envs("CartPole-v1") == (["CartPole-v1"], None)
     if find_spec("vizdoom") is not None:
         assert suite_envs(None, quick=True)[0][-1] == "doom_basic"
