@@ -69,7 +69,8 @@ def sf2_command(python: str, s: BenchSettings, train_dir: str) -> list[str]:
             f"--train_dir={train_dir}", "--device=cpu", f"--num_workers={s.workers}",
             f"--num_envs_per_worker={s.envs_per_worker}", f"--worker_num_splits={s.worker_splits}",
             f"--rollout={s.rollout}", f"--batch_size={s.batch_size // s.minibatches}",  # its minibatch
-            f"--num_batches_per_epoch={s.minibatches}", f"--num_epochs={s.epochs}", "--with_wandb=False"]
+            f"--num_batches_per_epoch={s.minibatches}", f"--num_epochs={s.epochs}", "--with_wandb=False",
+            *s.extra_trainer_args]  # `asyncrl-bench --mode sf2_train ... -- --use_rnn=False`
 
 
 def _engines(pid: int) -> list[Any]:

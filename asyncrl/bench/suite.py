@@ -89,7 +89,7 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
                 changes.update(DOOM_LAYOUT)
             steps.append(Step(base.for_mode(mode, **changes)))
             if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
-                steps.append(Step(base.for_mode("sf2_train", **changes)))
+                steps.append(Step(base.for_mode("sf2_train", **changes, extra_trainer_args=())))  # not its flags
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch

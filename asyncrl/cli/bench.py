@@ -34,7 +34,8 @@ Modes:
 """ + "\n".join(textwrap.fill(text, 110, initial_indent=f"  {name:10s}", subsequent_indent=" " * 12)
              for name, text in MODES.items()) + """
 
-Flags after `--` go to asyncrl-train in the sampler, train and null modes, e.g. `-- --learner-threads 2`.
+Flags after `--` go to asyncrl-train in the sampler, train and null modes, e.g. `-- --learner-threads 2`, and
+to Sample Factory in mode sf2_train alone, e.g. `-- --use_rnn=False`.
 
 Each figure is the median of --repeats windows of --seconds/--repeats s after one warm-up window. For sampler,
 train and null the windows are consecutive metrics.jsonl records of one asyncrl-train run with
