@@ -58,7 +58,10 @@ def scaling_table(records: list[dict[str, Any]], env: str) -> list[str]:
 
 
 def _millions(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e6:.2f} M"
+    """Transitions/s: `1.23 M`, or `4.9 k` below 100,000."""
+    if x is None:
+        return "-"
+    return f"{x / 1e6:.2f} M" if x >= 1e5 else f"{x / 1e3:.1f} k"
 
 
 def replay_table(records: list[dict[str, Any]]) -> list[str]:
