@@ -116,8 +116,9 @@ def _stop(proc: subprocess.Popen, engines: list[Any]) -> None:
             Path(f"/dev/shm/{prefix}{i}").unlink(missing_ok=True)
 
 
-def run_sample_factory(s: BenchSettings, python: str) -> dict[str, Any]:
-    """One Sample Factory training run of `s.env`; a record like the `train` mode's, with mode `sf2_train`."""
+def run_sample_factory(s: BenchSettings) -> dict[str, Any]:
+    """One Sample Factory training run of `s.env` by `s.sf2_python`; a record like the `train` mode's."""
+    python = s.sf2_python
     if s.seconds < REPORT_S * 2:
         raise ValueError(f"Sample Factory logs every {REPORT_S:g} s: give --seconds >= {2 * REPORT_S:g}")
     repeats = max(2, int(s.seconds // REPORT_S))

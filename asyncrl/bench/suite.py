@@ -14,8 +14,9 @@ from asyncrl.bench.settings import NAIVE_ENVS, NULL_WIDE_ENVS_PER_WORKER, BenchS
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
-# VizDoom, when the extra is installed: the simplest scenario and the closest to Sample Factory's doom_battle
-# (a deathmatch against bots). No naive row: the naive loop runs gymnasium ids and Atari only.
+# VizDoom, when the extra is installed: the simplest scenario and a battle against 7 bots, the scenario
+# Sample Factory also ships (as its own doom_deathmatch_bots). No naive row: the naive loop runs gymnasium ids
+# and Atari only.
 DOOM_ENVS = ("doom_basic", "doom_deathmatch_bots")
 DOOM_MODES = ("env_only", "sampler", "train")
 QUICK_DOOM_ENVS = ("doom_basic",)  # --quick: one scenario, the two ends of the pipeline

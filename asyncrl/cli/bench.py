@@ -25,7 +25,7 @@ from asyncrl.bench.settings import (
 
 DESCRIPTION = """Measure asyncrl's throughput (agent steps/s and frames/s) on this machine.
 
-Without --mode: the full suite (under 20 min on 2 cores) or --quick (about 3 min): atari_pong (Nature CNN)
+Without --mode: the full suite (under 25 min on 2 cores) or --quick (about 5 min): atari_pong (Nature CNN)
 and CartPole-v1 (MLP) in modes env_only, sampler, train and naive, plus null and replay; with vizdoom
 installed, also doom_basic and doom_deathmatch_bots in env_only, sampler and train. The full suite adds sampler
 scaling from 1 to 2 x cores workers. Prints markdown tables and writes the records to --out.
@@ -99,10 +99,7 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
     elif s.mode == "replay":
         from asyncrl.bench.replay import run_replay as run
     elif s.mode == "sf2_train":
-        from asyncrl.bench.sample_factory import run_sample_factory
-
-        def run(s: BenchSettings) -> dict[str, Any]:
-            return run_sample_factory(s, s.sf2_python)
+        from asyncrl.bench.sample_factory import run_sample_factory as run
     else:
         from asyncrl.bench.trainer import run_trainer as run
     record = run(s)
