@@ -4,14 +4,20 @@ pure pieces (window selection, ratios, the suite plan, the markdown report)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from importlib.util import find_spec
+
+import pytest
 
 from asyncrl.bench.env_only import window_rates
 from asyncrl.bench.naive import atari_id, run_naive
+from asyncrl.bench.replay import CASES, fill_for, run_replay
 from asyncrl.bench.report import markdown
+from asyncrl.bench.sample_factory import frame_reports, measured_marks, sf2_command, window_fps
 from asyncrl.bench.settings import BenchSettings
-from asyncrl.bench.suite import add_ratios, last_record, plan, scaling_points
+from asyncrl.bench.suite import DOOM_ENVS, add_ratios, command, last_record, plan, scaling_points, suite_envs
 from asyncrl.bench.trainer import measured_windows
 from asyncrl.cli.bench import split_argv
 
@@ -65,7 +71,8 @@ def test_ratios_and_report() -> None:
                                    ("train", 4, 100.0, False), ("naive", 8, 50.0, False),
                                    ("null", 4, 2e5, False), ("sampler", 1, 80.0, True)]]
     rows = add_ratios(records)
-    assert rows == [{"env": "e", "sampler_over_env_only": 0.5, "train_over_sampler": 0.5, "asyncrl_over_naive": 2.0}]
+    assert rows == [{"env": "e", "sampler_over_env_only": 0.5, "train_over_sampler": 0.5, "asyncrl_over_naive": 2.0,
+                     "asyncrl_over_sf2": None}]
     text = markdown(records, rows)
     assert "| e | train | 4 x 16 | 100 |" in text and "10.0 us per agent step per core" in text
     assert "| 4 | 200 | 2.50 |" in text  # scaling: 4 workers vs 1
@@ -76,8 +83,8 @@ def test_plan_and_helpers() -> None:
     quick = plan(["atari_pong"], True, BenchSettings())
     assert [(s.settings.env, s.settings.mode) for s in quick] == [
         ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "naive"),
-        ("null", "null"), ("null", "null")]
-    assert [s.settings.envs_per_worker for s in quick[-2:]] == [16, 64]
+        ("null", "null"), ("null", "null"), ("replay", "replay")]
+    assert [s.settings.envs_per_worker for s in quick[-3:-1]] == [16, 64]
     assert all(s.settings.repeats >= 3 for s in quick)
     full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
     assert [s.settings.workers for s in full if s.scaling] == [1, 2]
@@ -91,3 +98,82 @@ def test_flags_after_double_dash_go_to_the_trainer() -> None:
     s = BenchSettings(mode="train", extra_trainer_args=tuple(extra))
     assert s.trainer_args()[-3:] == ["--train", "--learner-threads", "2"]
     assert BenchSettings(mode="sampler").trainer_args()[-1] == "--no-train"
+
+
+def test_replay_mode_gives_finite_positive_figures_on_a_small_buffer() -> None:
+    s = BenchSettings(mode="replay", env="replay", seconds=0.06, repeats=3, replay_capacity=8192, replay_fill_gib=1.0)
+    record = run_replay(s)
+    rows = record["replay"]
+    assert [(r["observation"], r["sampling"]) for r in rows] == [
+        ("pendulum", "uniform"), ("pendulum", "prioritized"), ("atari", "uniform"), ("atari", "prioritized")]
+    for row in rows:
+        assert row["capacity"] == 8192 and row["held"] == 8192
+        figures = [row["insert_per_s"], row["first_fill_per_s"], row["sample_per_s"], row["sample_us"],
+                   *row["insert_windows"], *row["sample_windows"]]
+        assert all(math.isfinite(x) and x > 0 for x in figures), row
+        assert len(row["insert_windows"]) == len(row["sample_windows"]) == 3
+    assert rows[0]["per_update_us"] is None
+    assert all(math.isfinite(r["per_update_us"]) and r["per_update_us"] > 0 for r in rows[1::2])
+    text = markdown([{**record, "machine": {"cpu_count": 2}}], [])
+    assert "| atari 84x84 uint8 | prioritized | 8,192 |" in text and " us |" in text
+
+
+def test_replay_fill_is_bounded_by_memory() -> None:
+    atari = CASES[1]
+    fill, touched = fill_for(atari, 1_000_000, 0.5)
+    assert 0 < fill < 1_000_000 and fill % 2048 == 0
+    assert fill * 84 * 84 < 0.5 * 2**30 < touched < 0.6 * 2**30 < atari.memory_bytes(1_000_000)
+    assert fill_for(CASES[0], 1_000_000, 0.5)[0] == 999_424  # Pendulum-like: the whole capacity (whole chunks)
+
+
+def test_suite_plans_replay_and_doom_only_with_vizdoom(monkeypatch: pytest.MonkeyPatch) -> None:
+    envs, skipped = suite_envs(None)
+    if find_spec("vizdoom") is not None:
+        assert skipped is None and envs[-2:] == list(DOOM_ENVS)
+    monkeypatch.setitem(sys.modules, "vizdoom", None)  # `import vizdoom` now raises ImportError
+    envs, skipped = suite_envs(None)
+    assert envs == ["atari_pong", "CartPole-v1"]
+    assert skipped.startswith("doom_basic, doom_deathmatch_bots skipped: vizdoom does not import")
+    assert "\n" not in skipped
+    monkeypatch.undo()
+    assert suite_envs("CartPole-v1") == (["CartPole-v1"], None)
+    if find_spec("vizdoom") is not None:
+        assert suite_envs(None, quick=True)[0][-1] == "doom_basic"
+    steps = [s.settings for s in plan(["doom_basic"], True, BenchSettings())]
+    assert [(s.env, s.mode) for s in steps] == [("doom_basic", "env_only"), ("doom_basic", "train"),
+                                                 ("null", "null"), ("null", "null"), ("replay", "replay")]
+    assert all(s.envs_per_worker == 8 for s in steps[:2])
+    assert steps[-1].replay_fill_gib == 0.05 and steps[-1].window_s == 0.3
+    assert "--replay-capacity" in command(steps[-1]) and "replay" not in [r["env"] for r in add_ratios(
+        [{"env": "replay", "mode": "replay"}])]
+
+
+SF2_LOG = """\x1b[36m[2026-11-30 17:09:13,025][31732] Fps is (10 sec: nan). Total num frames: 0. \
+Throughput: 0: nan. Samples: 0. Policy #0 lag: (min: -1.0, avg: -1.0, max: -1.0)\x1b[0m
+[2026-11-30 17:09:18,035][31732] Avg episode reward: [(0, '-1.524')]
+\x1b[36m[2026-11-30 17:09:18,000][31732] Fps is (10 sec: 409.0, 60 sec: 409.6, 300 sec: 326.0). Total num frames: 4096.
+\x1b[36m[2026-11-30 17:09:23,000][31732] Fps is (10 sec: 819.0). Total num frames: 8192.
+\x1b[36m[2026-11-30 17:09:28,000][31732] Fps is (10 sec: 819.0). Total num frames: 16384.
+\x1b[36m[2026-11-30 17:09:33,000][31732] Fps is (10 sec: 819.0). Total num frames: 20480.
+"""
+
+
+def test_sample_factory_log_windows_skip_startup_and_warmup() -> None:
+    reports = frame_reports(SF2_LOG)
+    assert [f for _, f in reports] == [0, 4096, 8192, 16384, 20480]
+    assert measured_marks(reports, 3) is None  # the warm-up report and 3 windows need 4 reports after the first
+    marks = measured_marks(reports, 2)
+    assert [f for _, f in marks] == [8192, 16384, 20480]
+    assert window_fps(marks) == [8192 / 5, 4096 / 5]
+    s = BenchSettings(env="doom_basic", mode="sf2_train", workers=4, envs_per_worker=8, minibatches=4)
+    cmd = sf2_command("/venv/bin/python", s, "/tmp/x")
+    assert "--batch_size=256" in cmd and "--num_batches_per_epoch=4" in cmd and "--env=doom_basic" in cmd
+
+
+def test_plan_adds_sample_factory_beside_doom_train_only_with_sf2_python() -> None:
+    full = [(s.settings.env, s.settings.mode) for s in plan(["doom_basic"], False, BenchSettings(sf2_python="/p"))]
+    assert full[:4] == [("doom_basic", "env_only"), ("doom_basic", "sampler"), ("doom_basic", "train"),
+                        ("doom_basic", "sf2_train")]
+    assert ("CartPole-v1", "sf2_train") not in [(s.settings.env, s.settings.mode)
+                                                for s in plan(["CartPole-v1"], True, BenchSettings(sf2_python="/p"))]
+    assert all(s.settings.mode != "sf2_train" for s in plan(["doom_basic"], False, BenchSettings()))

@@ -1,4 +1,4 @@
-"""Markdown tables for a suite's records: throughput, ratios, the null overhead and sampler scaling."""
+"""Markdown tables for a suite's records: throughput, ratios, the null overhead, sampler scaling and replay."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
     lines = ["| env | mode | workers x envs | agent steps/s | frames/s | windows (min-max) | limited by | CPU used "
              "| load |", "|---|---|---|---:|---:|---|---|---:|---:|"]
     for r in records:
-        if r.get("scaling"):
+        if r.get("scaling") or r["mode"] == "replay":
             continue
         if r.get("error"):
             lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | |")
@@ -27,16 +27,20 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
         spread = f"{_num(r['sps_min'])}-{_num(r['sps_max'])} ({r['repeats']} x {r['window_s']:g} s)"
         cpu = (r.get("stages") or {}).get("cpu_run")
         load = (r.get("machine") or {}).get("load_avg") or [None]
+        used = "-" if cpu is None else f"{cpu:.0f}%"
         lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
-                     f"| {r.get('limited_by') or '-'} | {_num(cpu, '.0f')}% | {_num(load[0], '.1f')} |")
+                     f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} |")
     return lines
 
 
 def ratio_table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| env | sampler / env_only | train / sampler | asyncrl train / naive |", "|---|---:|---:|---:|"]
+    sf2 = any(row.get("asyncrl_over_sf2") for row in rows)  # a column only when Sample Factory ran
+    lines = ["| env | sampler / env_only | train / sampler | asyncrl train / naive |"
+             + (" asyncrl train / Sample Factory 2 train |" if sf2 else ""), "|---|---:|---:|---:|" + ("---:|" * sf2)]
     for row in rows:
         lines.append(f"| {row['env']} | {_num(row['sampler_over_env_only'], '.2f')} | "
-                     f"{_num(row['train_over_sampler'], '.2f')} | {_num(row['asyncrl_over_naive'], '.2f')} |")
+                     f"{_num(row['train_over_sampler'], '.2f')} | {_num(row['asyncrl_over_naive'], '.2f')} |"
+                     + (f" {_num(row.get('asyncrl_over_sf2'), '.2f')} |" if sf2 else ""))
     return lines
 
 
@@ -53,11 +57,47 @@ def scaling_table(records: list[dict[str, Any]], env: str) -> list[str]:
     return lines
 
 
+def _millions(x: float | None) -> str:
+    """Transitions/s: `1.23 M`, or `4.9 k` below 100,000."""
+    if x is None:
+        return "-"
+    return f"{x / 1e6:.2f} M" if x >= 1e5 else f"{x / 1e3:.1f} k"
+
+
+def replay_table(records: list[dict[str, Any]]) -> list[str]:
+    """One row per observation kind and sampling: insert and sample transitions/s, PER update time."""
+    replay = [r for r in records if r["mode"] == "replay"]
+    if not replay:
+        return []
+    lines = []
+    for r in replay:
+        if r.get("error"):
+            lines += [f"Replay: failed: {r['error']}"]
+            continue
+        lines += [f"Replay buffers (capacity {r['capacity']:,}; inserts of {r['chunk'][0]} x {r['chunk'][1]} "
+                  f"transitions, samples and PER updates of {r['batch']}; medians of {r['repeats']} x "
+                  f"{r['window_s']:g} s):", "",
+                  "| observation | sampling | held | buffer GiB (touched) | insert transitions/s (first fill) | "
+                  f"sample transitions/s (us per {r['batch']}) | PER update of {r['batch']} |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for row in r["replay"]:
+            if row.get("skipped"):
+                lines.append(f"| {row['observation']} | - | skipped: {row['skipped']} | | | | |")
+                continue
+            update = row.get("per_update_us")
+            lines.append(f"| {row['observation']} {'x'.join(map(str, row['obs_shape']))} {row['obs_dtype']} | "
+                         f"{row['sampling']} | {row['held']:,} | {row['buffer_gib']:.2f} ({row['touched_gib']:.2f}) "
+                         f"| {_millions(row['insert_per_s'])} ({_millions(row['first_fill_per_s'])}) | "
+                         f"{_millions(row['sample_per_s'])} ({row['sample_us']:,.0f}) | "
+                         f"{'-' if update is None else f'{update:,.0f} us'} |")
+    return [*lines, ""]
+
+
 NOTES = ("CPU used: share of all cores the benchmark's own processes used while measuring; load: the machine's "
          "1-minute load average when the figure was taken (runnable processes of all users).")
 
 
-def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> str:
+def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes: list[str] | None = None) -> str:
     machine = next((r["machine"] for r in records if r.get("machine")), {})
     load = machine.get("load_avg_before_suite") or []
     cpus = machine.get("cpu_count", 0)
@@ -65,7 +105,8 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> str
     lines = [f"Machine: {cpus} cores ({machine.get('cpu_model', '?')}), {machine.get('memory_gib', '?')} GiB, "
              f"torch {machine.get('torch', '?')}, device {machine.get('device', '?')}; load average before the "
              f"run {', '.join(str(x) for x in load) or '?'}" + (" -- MEASURED UNDER LOAD" if busy else ""),
-             "", *throughput_table(records), "", NOTES, "", *ratio_table(ratios), ""]
+             "", *throughput_table(records), "", NOTES, *(f"Not measured: {n}" for n in notes or []), "",
+             *ratio_table(ratios), ""]
     for null in (r for r in records if r["mode"] == "null" and r.get("sps")):
         cpu = null.get("cpu_us_per_step")
         lines += [f"Framework overhead (null env, MLP {null['hidden_size']}, {layout(null)} envs): "
@@ -74,4 +115,5 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> str
     if any(r.get("scaling") for r in records):
         scaling_env = next(r["env"] for r in records if r.get("scaling"))
         lines += [*scaling_table(records, scaling_env), ""]
+    lines += replay_table(records)
     return "\n".join(lines)

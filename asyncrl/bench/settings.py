@@ -13,6 +13,11 @@ MODES: dict[str, str] = {
             "reported as microseconds per agent step per core",
     "naive": "the usual baseline: gymnasium AsyncVectorEnv (shared memory, one process per env) and one "
              "synchronous collect-then-train PPO loop with the same model, batch and minibatches",
+    "replay": "replay-buffer insert and sample transitions/s at --replay-capacity (default 1M), uniform and "
+              "prioritized, Pendulum-like (3 float32) and Atari-like (84x84 uint8) observations, and the time "
+              "of one prioritized-replay update of 256 priorities (in this process; --env is ignored)",
+    "sf2_train": "Sample Factory 2 training a doom_ env with the same layout, from the interpreter --sf2-python "
+                 "points at (its own virtual environment): its env frames/s from its own log",
 }
 TRAINER_MODES = ("sampler", "train", "null")
 
@@ -23,6 +28,9 @@ REF_ROLLOUT = 32
 REF_BATCH = 1024
 NULL_WIDE_ENVS_PER_WORKER = 64  # the null env's second layout: 32 envs per request amortise per-message costs
 NAIVE_ENVS = 8  # AsyncVectorEnv processes for the naive loop (rollout = batch / envs)
+REPLAY_CAPACITY = 1_000_000
+REPLAY_FILL_GIB = 1.0  # memory each replay buffer may touch when first filled (the capacity stays)
+REPLAY_SECONDS = 5.0  # replay mode alone: measured seconds per figure (10 figures)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class BenchSettings:
     seconds: float = 15.0
     repeats: int = 3
     extra_trainer_args: tuple[str, ...] = ()  # more asyncrl-train flags (sampler, train and null only)
+    replay_capacity: int = REPLAY_CAPACITY  # replay mode only
+    replay_fill_gib: float = REPLAY_FILL_GIB  # replay mode only
+    sf2_python: str = ""  # sf2_train mode only: a Python with sample-factory and vizdoom installed
 
     @property
     def window_s(self) -> float:
@@ -52,8 +63,8 @@ class BenchSettings:
         return max(1, self.envs_per_worker // self.worker_splits)
 
     def for_mode(self, mode: str, **changes) -> BenchSettings:
-        """A copy for another mode; `null` always runs the null env."""
-        env = "null" if mode == "null" else changes.pop("env", self.env)
+        """A copy for another mode; `null` always runs the null env, `replay` no env."""
+        env = mode if mode in ("null", "replay") else changes.pop("env", self.env)
         return replace(self, mode=mode, env=env, **changes)
 
     def trainer_args(self) -> list[str]:

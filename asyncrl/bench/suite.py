@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,17 +14,48 @@ from asyncrl.bench.settings import NAIVE_ENVS, NULL_WIDE_ENVS_PER_WORKER, BenchS
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
+# VizDoom, when the extra is installed: the simplest scenario and a battle against 7 bots, the scenario
+# Sample Factory also ships (as its own doom_deathmatch_bots). No naive row: the naive loop runs gymnasium ids
+# and Atari only.
+DOOM_ENVS = ("doom_basic", "doom_deathmatch_bots")
+DOOM_MODES = ("env_only", "sampler", "train")
+QUICK_DOOM_ENVS = ("doom_basic",)  # --quick: one scenario, the two ends of the pipeline
+QUICK_DOOM_MODES = ("env_only", "train")
+# Every game is an engine process of its own (with 7 bots in the deathmatch), so Doom runs the reference
+# 4 workers with 8 envs each (4 per split): 32 engines rather than 64, still one batch of 1024 in flight.
+DOOM_LAYOUT = {"envs_per_worker": 8}
 # Seconds measured and windows per figure. The learner frees trajectory slots a batch at a time, so with
 # learning on the env-step count moves in steps of one batch: train windows must span several updates.
 QUICK = {"seconds": 9.0, "repeats": 3}  # 3 windows of 3 s after a 3 s warm-up
 QUICK_TRAIN = {"seconds": 15.0, "repeats": 3}
 FULL = {"seconds": 40.0, "repeats": 5}  # 5 windows of 8 s after an 8 s warm-up
+# replay: every figure (insert, sample, PER update; 2 observation kinds x uniform / prioritized) has its own
+# windows, and each buffer's first fill is bounded to replay_fill_gib of memory.
+QUICK_REPLAY = {"seconds": 0.9, "repeats": 3, "replay_fill_gib": 0.05}
+FULL_REPLAY = {"seconds": 5.0, "repeats": 5}
 
 
 def timing(mode: str, quick: bool) -> dict[str, Any]:
+    if mode == "replay":
+        return QUICK_REPLAY if quick else FULL_REPLAY
     if not quick:
         return FULL
     return QUICK_TRAIN if mode == "train" else QUICK
+
+
+def vizdoom_missing() -> str | None:
+    """Why the Doom rows cannot run (vizdoom does not import), or None."""
+    try:
+        import vizdoom  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken native library
+        return f"vizdoom does not import ({type(exc).__name__}: {exc}); pip install 'asyncrl[doom]'"
+    return None
+
+
+def modes_for(env: str, quick: bool) -> tuple[str, ...]:
+    if env.startswith("doom_"):
+        return QUICK_DOOM_MODES if quick else DOOM_MODES
+    return ENV_MODES
 
 
 @dataclass(frozen=True)
@@ -43,21 +75,26 @@ def scaling_points(cpus: int) -> list[int]:
 
 def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = None,
          overrides: dict[str, Any] | None = None) -> list[Step]:
-    """env_only, sampler, train and naive per env, then null at the reference layout and with 32 envs per
-    request; the full suite adds sampler scaling on envs[0].
+    """env_only, sampler, train and naive per env (Doom: no naive, 8 envs per worker), then null at the reference
+    layout and with 32 envs per request, then replay; the full suite adds sampler scaling on envs[0].
 
     `overrides` (seconds, repeats) replace the suite's own timing for every step.
     """
     steps = []
     for env in envs:
-        for mode in ENV_MODES:
+        for mode in modes_for(env, quick):
             changes: dict[str, Any] = {"env": env, **timing(mode, quick), **(overrides or {})}
             if mode == "naive":
                 changes.update(workers=NAIVE_ENVS, envs_per_worker=1)
+            if env.startswith("doom_"):
+                changes.update(DOOM_LAYOUT)
             steps.append(Step(base.for_mode(mode, **changes)))
+            if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
+                steps.append(Step(base.for_mode("sf2_train", **changes, extra_trainer_args=())))  # not its flags
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
+    steps.append(Step(base.for_mode("replay", **timing("replay", quick), **(overrides or {}))))
     if not quick:
         for w in scaling_points(cpus or usable_cpus()):
             if w != base.workers:  # the reference sampler row is that point
@@ -72,13 +109,17 @@ def command(s: BenchSettings) -> list[str]:
             "--rollout", str(s.rollout), "--batch-size", str(s.batch_size), "--minibatches", str(s.minibatches),
             "--epochs", str(s.epochs), "--hidden-size", str(s.hidden_size),
             "--seconds", str(s.seconds), "--repeats", str(s.repeats),
+            "--replay-capacity", str(s.replay_capacity), "--replay-fill-gib", str(s.replay_fill_gib),
+            *(["--sf2-python", s.sf2_python] if s.sf2_python else []),
             *(["--", *s.extra_trainer_args] if s.extra_trainer_args else [])]
 
 
 def run_step(step: Step, log=print) -> dict[str, Any]:
     """One measurement in a fresh process; a failure becomes a record with `error` so the suite goes on."""
     s = step.settings
-    log(f"asyncrl-bench: {s.env} {s.mode} ({s.workers} x {s.envs_per_worker}) ...", file=sys.stderr, flush=True)
+    layout = f" (capacity {s.replay_capacity:,})" if s.mode == "replay" else f" ({s.workers} x {s.envs_per_worker})"
+    log(f"asyncrl-bench: {s.env} {s.mode}{layout} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
     proc = subprocess.Popen(command(s), stdout=subprocess.PIPE, text=True)
     try:
         stdout, _ = proc.communicate()
@@ -90,6 +131,7 @@ def run_step(step: Step, log=print) -> dict[str, Any]:
         record = {"env": s.env, "mode": s.mode, "workers": s.workers, "envs_per_worker": s.envs_per_worker,
                   "sps": None, "fps": None, "repeats": 0, "error": f"exit code {proc.returncode}"}
     record["scaling"] = step.scaling
+    record["step_wall_s"] = round(time.monotonic() - started, 1)  # start-up and stop included
     return record
 
 
@@ -114,19 +156,34 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
 
 
 def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Set sampler/env_only on sampler rows and train/sampler, train/naive on train rows; return one row per env."""
+    """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
+    row per env."""
     rows = []
-    for env in dict.fromkeys(r["env"] for r in records if r["mode"] != "null"):
+    for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay", "sf2_train")):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
-               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive)}
+               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive),
+               "asyncrl_over_sf2": ratio(train, find(records, env, "sf2_train"))}
         if sampler:
             sampler["sampler_over_env_only"] = row["sampler_over_env_only"]
         if train:
             train["train_over_sampler"] = row["train_over_sampler"]
             train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
+            train["asyncrl_over_sf2"] = row["asyncrl_over_sf2"]
         rows.append(row)
     return rows
+
+
+def suite_envs(env: str | None, quick: bool = False) -> tuple[list[str], str | None]:
+    """The envs to measure (`env` alone, or the suite's, with Doom's when vizdoom imports) and why Doom is
+    skipped (None when it is not)."""
+    if env:
+        return [env], None
+    doom = QUICK_DOOM_ENVS if quick else DOOM_ENVS
+    missing = vizdoom_missing()
+    if missing:
+        return list(SUITE_ENVS), f"{', '.join(doom)} skipped: {missing}"
+    return [*SUITE_ENVS, *doom], None
 
 
 def run_suite(envs: list[str], quick: bool, base: BenchSettings, overrides: dict[str, Any] | None = None,

@@ -17,20 +17,25 @@ from asyncrl.bench.settings import (
     REF_ENVS_PER_WORKER,
     REF_ROLLOUT,
     REF_WORKERS,
+    REPLAY_CAPACITY,
+    REPLAY_FILL_GIB,
+    REPLAY_SECONDS,
     BenchSettings,
 )
 
 DESCRIPTION = """Measure asyncrl's throughput (agent steps/s and frames/s) on this machine.
 
-Without --mode: the full suite (under 20 min on 2 cores) or --quick (about 3 min): atari_pong (Nature CNN)
-and CartPole-v1 (MLP) in modes env_only, sampler, train and naive, plus null; the full suite adds sampler
-scaling from 1 to 2 x cores workers. Prints a markdown table and writes the records to --out.
+Without --mode: the full suite (under 25 min on 2 cores) or --quick (about 5 min): atari_pong (Nature CNN)
+and CartPole-v1 (MLP) in modes env_only, sampler, train and naive, plus null and replay; with vizdoom
+installed, also doom_basic and doom_deathmatch_bots in env_only, sampler and train. The full suite adds sampler
+scaling from 1 to 2 x cores workers. Prints markdown tables and writes the records to --out.
 
 Modes:
 """ + "\n".join(textwrap.fill(text, 110, initial_indent=f"  {name:10s}", subsequent_indent=" " * 12)
              for name, text in MODES.items()) + """
 
-Flags after `--` go to asyncrl-train in the sampler, train and null modes, e.g. `-- --learner-threads 2`.
+Flags after `--` go to asyncrl-train in the sampler, train and null modes, e.g. `-- --learner-threads 2`, and
+to Sample Factory in mode sf2_train alone, e.g. `-- --use_rnn=False`.
 
 Each figure is the median of --repeats windows of --seconds/--repeats s after one warm-up window. For sampler,
 train and null the windows are consecutive metrics.jsonl records of one asyncrl-train run with
@@ -56,9 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=1, help="passes over each batch (default 1)")
     p.add_argument("--hidden-size", type=int, default=64, help="MLP width for vector observations (default 64)")
     p.add_argument("--seconds", type=float, default=None,
-                   help="measured seconds per figure, after one warm-up window (default: one mode 15; "
-                        "--quick 9, or 15 for train; full suite 40)")
+                   help="measured seconds per figure, after one warm-up window (default: one mode 15, replay 5; "
+                        "--quick 9, or 15 for train, 0.9 for replay; full suite 40, 5 for replay)")
     p.add_argument("--repeats", type=int, default=None, help="windows per figure, at least 3 (default 3; full: 5)")
+    p.add_argument("--replay-capacity", type=int, default=REPLAY_CAPACITY,
+                   help=f"replay mode: buffer capacity in transitions (default {REPLAY_CAPACITY:,})")
+    p.add_argument("--replay-fill-gib", type=float, default=None,
+                   help=f"replay mode: memory each buffer may touch when first filled (default {REPLAY_FILL_GIB:g}; "
+                        "--quick suite 0.05)")
+    p.add_argument("--sf2-python", default="", metavar="PATH",
+                   help="a Python with sample-factory and vizdoom (its own venv): the suite then also runs "
+                        "Sample Factory 2 training each doom_ env (mode sf2_train)")
     p.add_argument("--out", default=os.path.join("bench", "results.json"), help="suite records (JSON list)")
     return p
 
@@ -70,7 +83,9 @@ def settings_from(args: argparse.Namespace, trainer_args: list[str]) -> BenchSet
         workers=args.workers or (NAIVE_ENVS if mode == "naive" else REF_WORKERS),
         envs_per_worker=args.envs_per_worker, rollout=args.rollout, batch_size=args.batch_size,
         minibatches=args.minibatches, epochs=args.epochs, hidden_size=args.hidden_size,
-        seconds=args.seconds or 15.0, repeats=args.repeats or 3, extra_trainer_args=tuple(trainer_args))
+        seconds=args.seconds or (REPLAY_SECONDS if mode == "replay" else 15.0), repeats=args.repeats or 3,
+        extra_trainer_args=tuple(trainer_args), sf2_python=args.sf2_python,
+        replay_capacity=args.replay_capacity, replay_fill_gib=args.replay_fill_gib or REPLAY_FILL_GIB)
 
 
 def run_mode(s: BenchSettings) -> dict[str, Any]:
@@ -81,6 +96,10 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
         from asyncrl.bench.env_only import run_env_only as run
     elif s.mode == "naive":
         from asyncrl.bench.naive import run_naive as run
+    elif s.mode == "replay":
+        from asyncrl.bench.replay import run_replay as run
+    elif s.mode == "sf2_train":
+        from asyncrl.bench.sample_factory import run_sample_factory as run
     else:
         from asyncrl.bench.trainer import run_trainer as run
     record = run(s)
@@ -90,14 +109,18 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
 
 def run_suite_cli(args: argparse.Namespace, base: BenchSettings) -> int:
     from asyncrl.bench.report import markdown
-    from asyncrl.bench.suite import SUITE_ENVS, run_suite
+    from asyncrl.bench.suite import run_suite, suite_envs
 
-    overrides = {k: v for k, v in (("seconds", args.seconds), ("repeats", args.repeats)) if v}
-    records, ratios = run_suite([args.env] if args.env else list(SUITE_ENVS), args.quick, base, overrides)
+    overrides = {k: v for k, v in (("seconds", args.seconds), ("repeats", args.repeats),
+                                   ("replay_fill_gib", args.replay_fill_gib)) if v}
+    envs, skipped = suite_envs(args.env, args.quick)
+    if skipped:
+        print(f"asyncrl-bench: {skipped}", file=sys.stderr, flush=True)
+    records, ratios = run_suite(envs, args.quick, base, overrides)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(records, f, indent=1)
-    print(markdown(records, ratios))
+    print(markdown(records, ratios, notes=[skipped] if skipped else []))
     print(f"records: {args.out}")
     return 1 if any(r.get("error") for r in records) else 0
 
@@ -116,8 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats is not None and args.repeats < 3:
         print("asyncrl-bench: error: --repeats must be at least 3", file=sys.stderr)
         return 2
-    if min(args.workers or 1, args.envs_per_worker, args.rollout, args.batch_size) < 1:
-        print("asyncrl-bench: error: --workers, --envs-per-worker, --rollout, --batch-size must be >= 1",
+    if min(args.workers or 1, args.envs_per_worker, args.rollout, args.batch_size, args.replay_capacity) < 1:
+        print("asyncrl-bench: error: --workers, --envs-per-worker, --rollout, --batch-size, --replay-capacity "
+              "must be >= 1", file=sys.stderr)
+        return 2
+    if args.replay_fill_gib is not None and args.replay_fill_gib <= 0:
+        print("asyncrl-bench: error: --replay-fill-gib must be > 0", file=sys.stderr)
+        return 2
+    if args.sf2_python and not (os.path.isfile(args.sf2_python) and os.access(args.sf2_python, os.X_OK)):
+        print(f"asyncrl-bench: error: --sf2-python {args.sf2_python} is not an executable file: give the python of "
+              "a venv with `pip install sample-factory vizdoom`", file=sys.stderr)
+        return 2
+    if args.mode == "sf2_train" and not (args.sf2_python and (args.env or "").startswith("doom_")):
+        print("asyncrl-bench: error: --mode sf2_train needs --sf2-python PATH and --env doom_<scenario>",
               file=sys.stderr)
         return 2
     base = settings_from(args, trainer_args)
