@@ -46,6 +46,7 @@ sequence number (a seqlock, as `SharedWeights` uses) or must sample only between
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -166,7 +167,8 @@ class ReplayBuffer:
         self.final_slot[:] = -1
         self.final_owner[:] = -1
         self.next_segment[:] = -1
-        self._open_tails: list[tuple[int, int]] = []  # (segment, its insert_index[segment, 0]) awaiting a link
+        # (segment, its insert_index[segment, 0], hash of its last observation's bytes) awaiting a link
+        self._open_tails: list[tuple[int, int, int]] = []
 
     # --- counters -------------------------------------------------------------------------------------------
     @property
@@ -215,28 +217,42 @@ class ReplayBuffer:
         self.final_slot[seg] = -1
         evicted = self._store_final_obs(seg, truncated, final_obs)
         self.next_segment[seg] = -1
-        self._link(seg, obs[0], terminated[-1] | truncated[-1])
+        self._link(seg, obs[0], obs[-1], terminated[-1] | truncated[-1])
         c[_INSERTED] += t_len * b
         c[_NEXT_SEGMENT] = (int(c[_NEXT_SEGMENT]) + b) % self.segments
         c[_FILLED_SEGMENTS] = min(int(c[_FILLED_SEGMENTS]) + b, self.segments)
         indices = (seg[:, None] * t_len + steps[None, :]).ravel()
         return InsertResult(indices=indices, evicted=evicted)
 
-    def _link(self, seg: np.ndarray, first_obs: np.ndarray, ended: np.ndarray) -> None:
-        """Link each new column to the unique open tail whose last observation equals its first observation."""
+    def _link(self, seg: np.ndarray, first_obs: np.ndarray, last_obs: np.ndarray, ended: np.ndarray) -> None:
+        """Link each new column to the unique open tail whose last observation equals its first observation.
+
+        Candidates are found by a hash of the observation's bytes (one dict lookup per column, not a comparison
+        with every open tail) and confirmed by an exact comparison; any ambiguity leaves the column unlinked.
+        """
         # a tail overwritten since (by this chunk too: its insert_index is already new) is gone
-        tails = [(s, serial) for s, serial in self._open_tails if self.insert_index[s, 0] == serial]
+        tails = [tail for tail in self._open_tails if self.insert_index[tail[0], 0] == tail[1]]
+        first = np.ascontiguousarray(first_obs).reshape(len(seg), -1)
         if tails:
-            tail_seg = np.array([s for s, _ in tails])
-            last = self.obs[tail_seg, self.segment_len].reshape(len(tails), -1)
-            first = np.asarray(first_obs).reshape(len(seg), -1)
-            equal = (first[:, None, :] == last[None, :, :]).all(axis=-1)  # [new, tails]
-            unique = (equal.sum(axis=1) == 1)[:, None] & (equal.sum(axis=0) == 1)[None, :] & equal
-            new_i, tail_i = np.nonzero(unique)
-            self.next_segment[tail_seg[tail_i]] = seg[new_i]
-            linked = set(tail_i.tolist())
+            by_key: dict[int, list[int]] = {}
+            for i, tail in enumerate(tails):
+                by_key.setdefault(tail[2], []).append(i)
+            keys = [hash(row.tobytes()) for row in first]
+            counts = Counter(keys)
+            linked: set[int] = set()
+            for j, key in enumerate(keys):
+                candidates = by_key.get(key, ())
+                if counts[key] != 1 or not candidates:
+                    continue  # no tail, or several new columns start from the same observation
+                equal = [i for i in candidates
+                         if np.array_equal(self.obs[tails[i][0], self.segment_len].reshape(-1), first[j])]
+                if len(equal) == 1:
+                    self.next_segment[tails[equal[0]][0]] = seg[j]
+                    linked.add(equal[0])
             tails = [tail for i, tail in enumerate(tails) if i not in linked]
-        tails += [(int(s), int(self.insert_index[s, 0])) for s, end in zip(seg, ended) if not end]
+        last = np.ascontiguousarray(last_obs).reshape(len(seg), -1)
+        tails += [(int(s), int(self.insert_index[s, 0]), hash(row.tobytes()))
+                  for s, row, end in zip(seg, last, ended) if not end]
         self._open_tails = tails[-MAX_OPEN_TAILS:]
 
     def _store_final_obs(self, seg: np.ndarray, truncated: np.ndarray, final_obs: np.ndarray | None) -> np.ndarray:
