@@ -20,8 +20,12 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 lint: install
 	$(BIN)/ruff check asyncrl tests scripts
 
+# Test files run in parallel processes (pytest-xdist), one per logical CPU up to TEST_JOBS; each file stays in one
+# process, so a module's fixtures are built once. TEST_JOBS=1 runs them one after another.
+TEST_JOBS ?= 4
+
 test: install lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n logical --maxprocesses $(TEST_JOBS) --dist loadfile
 
 # Continues the experiment when it already has a checkpoint.
 train: install
