@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic, MultiCategorical
+from asyncrl.models.actor_critic import ActorCritic, MultiCategorical, greedy_actions
 
 if TYPE_CHECKING:
     from asyncrl.learners.base import ActingHead
@@ -83,11 +83,10 @@ class PolicyHead(nn.Module):
         return self._sample(out) if sample else self._greedy(out)
 
     def _greedy(self, out: torch.Tensor) -> torch.Tensor:
-        if self.spec.discrete:
-            return out.argmax(-1)
-        if self.spec.multi_discrete:  # the most likely choice of each component
-            return MultiCategorical(out, self.spec.nvec).mode
-        return torch.clamp(out, self.action_low, self.action_high)
+        actions = greedy_actions(out, self.spec)
+        if self.spec.discrete or self.spec.multi_discrete:
+            return actions
+        return torch.clamp(actions, self.action_low, self.action_high)
 
     def _sample(self, out: torch.Tensor) -> torch.Tensor:
         if self.spec.discrete:

@@ -51,6 +51,17 @@ class MultiCategorical(Distribution):
         return self.log_probs.argmax(-1)
 
 
+def greedy_actions(policy_out: torch.Tensor, spec: EnvSpec) -> torch.Tensor:
+    """The most likely action from a published policy's output: the argmax of discrete logits, the argmax within
+    each MultiDiscrete component, and for continuous actions the output itself (a Gaussian mean, or an
+    off-policy actor's greedy action)."""
+    if spec.discrete:
+        return policy_out.argmax(-1)
+    if spec.multi_discrete:
+        return MultiCategorical(policy_out, spec.nvec).mode
+    return policy_out
+
+
 def _component_layout(nvec: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For each component j and choice p < nvec[j]: the flat logit index (0 on padding) and a validity mask."""
     offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])

@@ -111,7 +111,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     """(return, length) of the first episode of each of `n` fresh envs, and env 0's frames when `record`."""
     import torch
 
-    from asyncrl.models.actor_critic import MultiCategorical
+    from asyncrl.models.actor_critic import greedy_actions
 
     env, render = _make_env(cfg, n, record)
     from asyncrl.models.obs import obs_from_numpy
@@ -135,12 +135,7 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
                 x = obs_from_numpy(obs)
                 if greedy:  # the published module's forward: logits or Gaussian means, or the greedy action
                     policy_out, _ = model(x)
-                    if spec.discrete:
-                        act = policy_out.argmax(-1)
-                    elif spec.multi_discrete:  # the most likely choice of each component
-                        act = MultiCategorical(policy_out, spec.nvec).mode
-                    else:
-                        act = policy_out
+                    act = greedy_actions(policy_out, spec)
                 else:  # as the policy workers sample
                     act, _ = model.act(x)
             actions[:] = act.numpy()
