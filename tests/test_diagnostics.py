@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from asyncrl.diagnostics.advice import FALLING, FLAT, RISING, SLOW, UNKNOWN, next_steps, trend
+from asyncrl.diagnostics.aggregate import STAGE_WINDOW_S, Totals
 from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, classify, dominant
 from asyncrl.diagnostics.health import CODES, DETECTORS, Thresholds, detect, detect_over_run, entropy_floor
 from asyncrl.diagnostics.monitor import RunMonitor
@@ -61,6 +62,30 @@ def test_classify_needs_timings_and_quotes_context() -> None:
     assert "GPU 12% busy" in reason and "other jobs" in reason
     quiet = {**busy, "cpu_system": 40.0}
     assert "other jobs" not in classify(quiet).reason
+
+
+def test_stage_shares_span_an_update_longer_than_the_report_interval() -> None:
+    """A 2.5 s update reported at its end: the intervals around it stay training-bound, none reads above 100%."""
+    totals = Totals()
+    kinds = []
+    for second in range(1, 11):
+        totals.add_policy({"batches": 1, "samples": 8, "t_infer": 0.3, "t_wait": 0.7, "t_total": 1.0})
+        done = second % 3 == 0
+        totals.add_rollout({"env_steps": 8, "episodes": [], "t_env": 0.1, "t_wait": 0.1,
+                            "t_wait_slot": 2.5 if done else 0.0, "t_total": 2.7 if done else 0.2})
+        if done:
+            totals.add_learner({"t_wait": 0.0, "t_copy": 0.05, "t_train": 2.5})
+        fractions = totals.stage_fractions(now=float(second))
+        totals.learner = []
+        assert all(v is None or v <= 1.0 for k, v in fractions.items() if k.endswith("_frac")), fractions
+        kinds.append(classify(fractions).kind if second >= 3 else None)
+    assert kinds[2:] == ["training"] * 8, kinds
+    # Older intervals leave the window: shares then describe the newest STAGE_WINDOW_S seconds only.
+    later = Totals()
+    later.add_learner({"t_wait": 1.0})
+    later.stage_fractions(now=0.0)
+    later.learner = [{"t_train": 1.0}]
+    assert later.stage_fractions(now=STAGE_WINDOW_S + 1)["learner_train_frac"] == 1.0
 
 
 def test_remedies_follow_the_guide() -> None:

@@ -7,6 +7,7 @@ the rule tables below. Torch-free (the runner imports it).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ SUMMED_STATS = ("dropped_stale", "truncations_unbootstrapped")
 # truncated), the data-parallel hook's group counters, and APPO's V-trace checks (for tests, not metrics).
 UNRECORDED_STATS = frozenset({"samples", "policy_version", "loss", "truncations", "group_env_steps", "ranks",
                               "value_target_mean", "importance_ratio_mean"})
+
+# Stage shares cover the report intervals of this many seconds (at least the newest interval).
+STAGE_WINDOW_S = 5.0
 
 
 def is_timing(key: str) -> bool:
@@ -48,6 +52,7 @@ class Totals:
     policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
+    stage_window: deque = field(default_factory=deque)  # (time, stage-time tallies) of recent intervals
 
     def add_rollout(self, payload: Mapping[str, Any]) -> None:
         self.env_steps += int(payload["env_steps"])
@@ -76,21 +81,36 @@ class Totals:
         """The stats the learner announced when it started (recorded as None while no update has run)."""
         self.learner_stat_names = list(names)
 
-    def stage_fractions(self) -> dict[str, float | None]:
-        """Share of wall time each process type spent in each stage during the interval (then reset)."""
+    def stage_fractions(self, now: float | None = None) -> dict[str, float | None]:
+        """Share of wall time each process type spent in each stage (then the interval's tallies reset).
+
+        The shares cover the intervals of the last `STAGE_WINDOW_S` seconds, not just the newest one: a stage
+        reports its time when it ends, so an update or a wait longer than the report interval would otherwise
+        leave one interval with no learner timings and the next with a share above 100%.
+        """
+        now = time.monotonic() if now is None else now
+        tally = {f"rollout_{k}": v for k, v in self.rollout_time.items()}
+        tally.update({f"policy_{k}": v for k, v in self.policy_time.items()})
+        for stage in ("wait", "copy", "train"):
+            tally[f"learner_t_{stage}"] = sum(s.get(f"t_{stage}", 0.0) for s in self.learner)
+        self.stage_window.append((now, tally))
+        while self.stage_window[0][0] < now - STAGE_WINDOW_S and len(self.stage_window) > 1:
+            self.stage_window.popleft()
+        window = {k: sum(t[k] for _, t in self.stage_window) for k in tally}
         out: dict[str, float | None] = {}
         for prefix, times in (("rollout", self.rollout_time), ("policy", self.policy_time)):
-            total = times["t_total"]
-            for stage, value in times.items():
+            total = window[f"{prefix}_t_total"]
+            for stage in times:
                 if stage != "t_total":
+                    value = window[f"{prefix}_{stage}"]
                     out[f"{prefix}_{stage[2:]}_frac"] = value / total if total > 0 else None
                 times[stage] = 0.0
         batches, samples = self.policy_batches
         out["inference_batch_mean"] = samples / batches if batches else None
         self.policy_batches = [0, 0]
-        learner_total = sum(s.get("t_wait", 0) + s.get("t_copy", 0) + s.get("t_train", 0) for s in self.learner)
+        learner_total = sum(window[f"learner_t_{stage}"] for stage in ("wait", "copy", "train"))
         for stage in ("wait", "copy", "train"):
-            value = sum(s.get(f"t_{stage}", 0.0) for s in self.learner)
+            value = window[f"learner_t_{stage}"]
             out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
         return out
 
