@@ -116,6 +116,22 @@ def _target(learner: OffPolicyLearner, rewards, terminated, next_obs) -> torch.T
         return clipped_double_q_target(rewards, terminated, next_q, learner.cfg.gamma)
 
 
+def test_redq_updates_the_actor_once_per_utd_critic_updates() -> None:
+    learner = make_learner("redq", utd=4.0)
+    before = [p.detach().clone() for p in learner.actor.parameters()]
+    critic_before = [p.detach().clone() for p in learner.critic.parameters()]
+    alpha_before = learner.entropy_alpha()
+    learner.insert(make_batch())
+    for k in range(1, 9):
+        learner._update(learner._sample()[1])
+        changed = any(not torch.equal(a, p) for a, p in zip(before, learner.actor.parameters()))
+        assert changed == (k >= 4), k  # critics every update, the actor (and temperature) at updates 4 and 8
+        assert any(not torch.equal(a, p) for a, p in zip(critic_before, learner.critic.parameters()))
+        critic_before = [p.detach().clone() for p in learner.critic.parameters()]
+    assert learner.entropy_alpha() != alpha_before
+    assert learner.critic_updates == 8 and learner.state_dict()["critic_updates"] == 8
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_only_the_actor_is_published(algo: str) -> None:
     learner = make_learner(algo)

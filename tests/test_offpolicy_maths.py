@@ -104,6 +104,12 @@ def test_ensemble_equals_separate_mlps_with_the_same_weights() -> None:
     out.sum().backward()  # and the same gradients
     expected.sum().backward()
     torch.testing.assert_close(ens.layers[0].weight.grad[3], mlps[3][0].weight.grad.T, rtol=1e-4, atol=1e-6)
+    members = torch.tensor([7, 2])  # evaluating a subset runs only those critics, with the same result
+    torch.testing.assert_close(ens(obs, act, members=members), out[members].detach())
+    # so REDQ's target over all N with a subset equals SAC's min-target over that subset's rows alone
+    rewards, terminated, logp = torch.randn(64), torch.rand(64) < 0.2, torch.randn(64)
+    full = redq.redq_target(rewards, terminated, out.detach(), logp, 0.2, 0.99, members)
+    torch.testing.assert_close(full, sac.soft_q_target(rewards, terminated, out[members].detach(), logp, 0.2, 0.99))
     # members start different, with nn.Linear's init range
     w = EnsembleLinear(4, 100, 3).weight
     assert not torch.equal(w[0], w[1]) and w.abs().max() <= 0.1

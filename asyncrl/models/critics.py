@@ -31,8 +31,11 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """`x` [N, B, in] (or [len(members), B, in]: only those members are evaluated)."""
+        if members is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias.index_select(0, members), x, self.weight.index_select(0, members))
 
 
 class QEnsemble(nn.Module):
@@ -44,11 +47,14 @@ class QEnsemble(nn.Module):
         sizes = [obs_dim + action_dim, *hidden, 1]
         self.layers = nn.ModuleList(EnsembleLinear(num_critics, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """Q-values [N, B], or [len(members), B] of the critics indexed by `members` (the others are not run)."""
         x = torch.cat([obs.float().flatten(1), action.float()], dim=-1)
-        x = x.unsqueeze(0).expand(self.num_critics, *x.shape)
+        if members is not None:
+            members = members.to(x.device)
+        x = x.unsqueeze(0).expand(self.num_critics if members is None else len(members), *x.shape)
         for i, layer in enumerate(self.layers):
-            x = layer(x)
+            x = layer(x, members)
             if i < len(self.layers) - 1:
                 x = torch.relu(x)
         return x.squeeze(-1)
