@@ -195,6 +195,9 @@ def test_returns_flat() -> None:
     assert "returns_flat" in codes(run_records(12, episode_return_mean=[20.0] * 12))
     assert "returns_flat" not in codes(run_records(12))  # rising
     assert "returns_flat" not in codes(run_records(5, episode_return_mean=[20.0] * 5))  # too early
+    warm_up = run_records(14, episode_return_mean=[-1200.0] * 12 + [-1190.0, -1180.0],
+                          updates_total=[0] * 12 + [64, 128])
+    assert "returns_flat" not in codes(warm_up)  # random actions before learning starts are not judged
 
 
 def test_every_detector_has_a_code_and_detect_over_run() -> None:

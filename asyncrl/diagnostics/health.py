@@ -176,7 +176,9 @@ def memory_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
 
 
 def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
-    returns = _series(records, "episode_return_mean")
+    """Returns no higher late in the run than early, counted from the first update (an off-policy warm-up of
+    random actions, `updates_total` 0, is not expected to improve)."""
+    returns = _series([r for r in records if r.get("updates_total") != 0], "episode_return_mean")
     if len(returns) < th.progress_records:
         return None
     third = len(returns) // 3
