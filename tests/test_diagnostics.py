@@ -80,12 +80,14 @@ def test_stage_shares_span_an_update_longer_than_the_report_interval() -> None:
         assert all(v is None or v <= 1.0 for k, v in fractions.items() if k.endswith("_frac")), fractions
         kinds.append(classify(fractions).kind if second >= 3 else None)
     assert kinds[2:] == ["training"] * 8, kinds
-    # Older intervals leave the window: shares then describe the newest STAGE_WINDOW_S seconds only.
+    # Older intervals leave the window once the newer ones span STAGE_WINDOW_S: with intervals longer than that,
+    # the shares cover the newest two.
     later = Totals()
-    later.add_learner({"t_wait": 1.0})
-    later.stage_fractions(now=0.0)
-    later.learner = [{"t_train": 1.0}]
-    assert later.stage_fractions(now=STAGE_WINDOW_S + 1)["learner_train_frac"] == 1.0
+    shares = []
+    for i, stage in enumerate(("t_wait", "t_train", "t_train")):
+        later.learner = [{stage: 1.0}]
+        shares.append(later.stage_fractions(now=i * (STAGE_WINDOW_S + 1))["learner_train_frac"])
+    assert shares == [0.0, 0.5, 1.0]
 
 
 def test_remedies_follow_the_guide() -> None:

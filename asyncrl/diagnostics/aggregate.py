@@ -24,7 +24,7 @@ SUMMED_STATS = ("dropped_stale", "truncations_unbootstrapped")
 UNRECORDED_STATS = frozenset({"samples", "policy_version", "loss", "truncations", "group_env_steps", "ranks",
                               "value_target_mean", "importance_ratio_mean"})
 
-# Stage shares cover the report intervals of this many seconds (at least the newest interval).
+# Stage shares cover the newest report intervals that span at least this many seconds.
 STAGE_WINDOW_S = 5.0
 
 
@@ -84,7 +84,8 @@ class Totals:
     def stage_fractions(self, now: float | None = None) -> dict[str, float | None]:
         """Share of wall time each process type spent in each stage (then the interval's tallies reset).
 
-        The shares cover the intervals of the last `STAGE_WINDOW_S` seconds, not just the newest one: a stage
+        The shares cover the newest intervals that span at least `STAGE_WINDOW_S` seconds (two intervals at the
+        default 5 s report interval), not just the newest one: a stage
         reports its time when it ends, so an update or a wait longer than the report interval would otherwise
         leave one interval with no learner timings and the next with a share above 100%.
         """
@@ -94,7 +95,8 @@ class Totals:
         for stage in ("wait", "copy", "train"):
             tally[f"learner_t_{stage}"] = sum(s.get(f"t_{stage}", 0.0) for s in self.learner)
         self.stage_window.append((now, tally))
-        while self.stage_window[0][0] < now - STAGE_WINDOW_S and len(self.stage_window) > 1:
+        # Each entry covers the time since the one before it: drop the oldest while the rest still span the window.
+        while len(self.stage_window) > 1 and now - self.stage_window[1][0] >= STAGE_WINDOW_S:
             self.stage_window.popleft()
         window = {k: sum(t[k] for _, t in self.stage_window) for k in tally}
         out: dict[str, float | None] = {}
