@@ -150,6 +150,24 @@ def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> Non
     assert shifted["q_divergence"] == pytest.approx(first["q_divergence"] + 10.0 / scale, rel=1e-4)
 
 
+def test_the_check_judges_only_the_newest_transitions() -> None:
+    from tests.test_off_policy_learners import make_batch, make_learner
+
+    learner = make_learner("sac", utd=1e-9)
+    old, new = make_batch(seed=0), make_batch(seed=1)  # two slots of whole episodes: -10 a step, then +1 a step
+    for batch, reward in ((old, -10.0), (new, 1.0)):
+        batch.rewards.fill_(reward)
+        batch.terminated[-1] = True
+        learner.train(batch, 0)
+    steps = new.rewards.numel()
+    assert np.array_equal(np.sort(learner.buffer.recent_indices(steps)), np.arange(steps, 2 * steps))
+    learner.q_check_window = steps  # the newest slot only: every return is positive
+    assert learner.q_divergence_stats()["q_return_mean"] > 0
+    learner.q_check_window = 2 * steps  # both slots: the old policy's returns pull the mean below zero
+    assert learner.q_divergence_stats()["q_return_mean"] < 0
+    assert learner.q_check_window > 0 and make_learner("sac", gamma=1.0).q_check_window > 0
+
+
 def test_the_alert_fires_only_after_consecutive_high_reports_once_the_critics_settled() -> None:
     th = Thresholds(q_divergence=0.5, q_divergence_records=3, q_divergence_min_updates=1000)
     high = [{"q_divergence": 0.8, "utd_achieved": 20.0, "updates_total": 1000 + i} for i in range(3)]

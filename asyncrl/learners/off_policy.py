@@ -34,6 +34,10 @@ from asyncrl.replay.prioritized import PrioritizedReplay
 
 DEFAULT_UTD = {"sac": 1.0, "td3": 1.0, "redq": 20.0}
 Q_CHECK_SAMPLES = 512  # replay transitions the Q-divergence check draws (those with a complete return count)
+# The check draws from the newest this-many discount horizons 1 / (1 - gamma) of every env's steps: returns of
+# older, worse policies would count the policy's improvement since then as critic overestimation.
+Q_CHECK_HORIZONS = 10
+MAX_HORIZON = 1000  # gamma = 1
 
 
 def _no_heartbeat() -> None:
@@ -165,6 +169,8 @@ class OffPolicyLearner:
         self.rng = np.random.default_rng(cfg.seed)
         self.check_rng = np.random.default_rng([cfg.seed, 1])  # the Q check's draws leave training's stream alone
         self.last_q_check = -math.inf  # monotonic time of the last Q-divergence check (one per report interval)
+        horizon = MAX_HORIZON if cfg.gamma >= 1.0 else min(MAX_HORIZON, math.ceil(1.0 / (1.0 - cfg.gamma)))
+        self.q_check_window = Q_CHECK_HORIZONS * horizon * cfg.workers * cfg.envs_per_worker
         self.utd = cfg.utd or DEFAULT_UTD.get(cfg.algo, 1.0)
         self.version = 0
         self.lr = cfg.lr
@@ -295,13 +301,16 @@ class OffPolicyLearner:
     def q_divergence_stats(self, samples: int = Q_CHECK_SAMPLES) -> dict[str, float]:
         """Critic estimates vs observed discounted returns on replay transitions (`asyncrl.algo.q_divergence`).
 
-        Draws `samples` sampleable transitions uniformly; those whose episode is complete in the buffer (or cut
-        by a time limit far enough ahead) give `q_mean`, `q_return_mean` and `q_divergence`; {} when none does.
+        Draws `samples` sampleable transitions uniformly from the newest `q_check_window` (Q_CHECK_HORIZONS
+        discount horizons of every env's steps), so that the returns come from a policy close to the one the
+        critics value; those whose episode is complete in the buffer (or cut by a time limit far enough ahead)
+        give `q_mean`, `q_return_mean` and `q_divergence`; {} when none does.
         """
         buf = self.buffer
-        if buf.size == 0:
+        pool = buf.recent_indices(self.q_check_window)
+        if not len(pool):
             return {}
-        indices = buf.sample_indices(samples, self.check_rng)
+        indices = self.check_rng.choice(pool, samples)
         alpha = self.entropy_alpha()
         bonus = None if self.behaviour_logp is None else -alpha * self.behaviour_logp
         returns, complete, boot_index, boot_weight = q_divergence.episode_returns(

@@ -296,6 +296,12 @@ class ReplayBuffer:
             idx[bad] = rng.integers(0, size, int(bad.sum()))
         raise ValueError("replay buffer holds (almost) no sampleable transitions")
 
+    def recent_indices(self, count: int) -> np.ndarray:
+        """Flat indices of the sampleable transitions among the newest `count` inserted."""
+        size = self.size
+        held = self.insert_index.reshape(-1)[:size]
+        return np.flatnonzero((held >= self.inserted - count) & self.sampleable.reshape(-1)[:size])
+
     def gather(self, indices: np.ndarray) -> ReplayBatch:
         """The transitions at flat `indices`, with next observations (final ones for truncated steps)."""
         s, t = np.divmod(indices, self.segment_len)
