@@ -140,7 +140,7 @@ class Config:
         "help": "sac/td3/redq: env steps of uniform random actions, and transitions held, before updates start"})
     utd: float = field(default=0.0, metadata={
         "help": "sac/td3/redq: gradient updates per env step (0: the algorithm's, 1 for sac/td3, 20 for redq)"})
-    q_divergence_alert: float = field(default=0.5, metadata={
+    q_divergence_alert: float = field(default=1.0, metadata={
         "help": "sac/td3/redq: warn when the critics' estimates exceed the observed returns by this fraction "
                 "(q_divergence) in 3 checks in a row, after 1/((1-gamma) tau) updates (0: never)"})
     sac_batch_size: int = field(default=256, metadata={

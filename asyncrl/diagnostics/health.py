@@ -44,7 +44,7 @@ class Thresholds:
     memory_min_mb: float = 256.0  # growth in total RSS that counts as a leak (and 25% of the start)
     warmup_records: int = 2  # first records skipped by the trend detectors (start-up, allocations)
     progress_records: int = 10  # records with returns before "returns not rising" is judged
-    q_divergence: float = 0.5  # off-policy critics overestimating the observed returns by this fraction (0: off)
+    q_divergence: float = 1.0  # off-policy critics overestimating the observed returns by this fraction (0: off)
     q_divergence_records: int = 3  # consecutive records above it before the alert
     q_divergence_min_updates: int = 0  # gradient updates before it is judged (`critic_settle_updates`)
 
