@@ -119,6 +119,22 @@ def test_rank_from_environ() -> None:
         rank_device("cuda:1", 0)  # under torchrun the local rank picks the GPU
 
 
+def test_two_ranks_of_sac_keep_a_replay_buffer_each_and_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
+    """Off-policy under torchrun: each rank inserts into and samples from its own buffer; the gradients of the
+    critics, the actor and SAC's temperature (outside the model) are averaged, so the ranks stay identical."""
+    train_dir = tmp_path / "train"
+    launch = single_node(free_port(), ["--env", "Pendulum-v1", "--algo", "sac", "--learning-starts", "128",
+                                       "--frames", "768", "--hidden-size", "32", "--sac-batch-size", "64"], train_dir)
+    launches.append(launch)
+    code = launch.wait()
+    out = launch.output()
+    assert code == 0, out[-3000:]
+    run_dir = train_dir / "Pendulum-v1"
+    assert_ranks_agree(run_dir, min_updates=4)
+    trained = [r for r in read_metrics(str(run_dir)) if r.get("updates_total")]
+    assert trained and trained[-1]["ranks"] == 2 and trained[-1]["utd_achieved"] == 1.0, trained[-1:]
+
+
 def test_two_ranks_one_node_stay_identical_and_learn_cartpole(tmp_path: Path, launches: list[Launch]) -> None:
     """Two ranks of 8 envs with 128 samples each (the single-rank preset's global batch of 256) reach a mean
     return of 475 within 150k env steps summed over the ranks, with identical parameters after every update."""

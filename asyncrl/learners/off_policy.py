@@ -40,6 +40,10 @@ Q_CHECK_HORIZONS = 10
 MAX_HORIZON = 1000  # gamma = 1
 
 
+def _same(updates: int) -> int:
+    return updates
+
+
 def _no_heartbeat() -> None:
     """The heartbeat outside a learner process: nothing to tell."""
 
@@ -187,6 +191,9 @@ class OffPolicyLearner:
         # utd x batch updates of one train() call (1,280 for REDQ's default) do not look like a hang.
         self.heartbeat: Callable[[], None] = _no_heartbeat
         self.sync_gradients: GradientHook = no_gradient_sync
+        # The updates of one batch as agreed by the data-parallel ranks (their minimum; the rest carries over).
+        self.agree_updates: Callable[[int], int] = _same
+        self.extra_parameters: tuple[torch.Tensor, ...] = ()  # trained outside `model` (averaged over the ranks)
 
     @classmethod
     def build_policy(cls, spec: EnvSpec, cfg: Config, device: torch.device) -> OffPolicyActor:
@@ -257,7 +264,8 @@ class OffPolicyLearner:
             counted = max(0, min(new, self.held - self.cfg.learning_starts))  # steps of this batch past the warm-up
             self.steps_since_start += counted
             self.update_credit += self.utd * counted
-            n_updates = math.floor(self.update_credit + 0.5)
+        n_updates = self.agree_updates(math.floor(self.update_credit + 0.5) if ready else 0)
+        if ready:
             self.update_credit -= n_updates
             for _ in range(n_updates):
                 ts = time.monotonic()

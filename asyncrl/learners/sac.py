@@ -24,6 +24,7 @@ class SACLearner(OffPolicyLearner):
         super().__init__(cfg, spec, device)
         self.log_alpha = torch.zeros((), device=device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
+        self.extra_parameters = (self.log_alpha,)
         self.entropy_target = sac.target_entropy(self.action_dim)
         self.critic_updates = 0
         self.last_actor_stats = {"actor_loss": 0.0, "entropy": 0.0}

@@ -318,6 +318,15 @@ def sync_gradients(model: Any, loss: Any) -> None:
         _GROUP.average_gradients(model, loss)
 
 
+def agree_min(value: int) -> int:
+    """The smallest `value` over the ranks (every rank calls this once per batch): an off-policy learner's
+    number of gradient updates, so that every rank enters the same number of gradient all-reduces even when
+    their batches held different numbers of valid steps."""
+    if _GROUP is None:
+        return value
+    return _GROUP.min_int(value)
+
+
 def after_update(learner: Any, stats: dict[str, Any], channels: Any) -> None:
     """After each update, before publishing: agree on counters and on stopping (see the module docstring)."""
     if _GROUP is not None:
@@ -350,7 +359,9 @@ class _Group:
         self.world = rank.info.world_size
         self.device = learner.device
         self.run_dir = learner.cfg.run_dir
+        # The model's parameters and any the learner trains outside it (SAC's temperature: `extra_parameters`).
         self.params = [p for p in learner.model.parameters() if p.requires_grad]
+        self.params += [p for p in getattr(learner, "extra_parameters", ()) if p.requires_grad]
         self.bucket = torch.zeros(sum(p.numel() for p in self.params) + 1, dtype=torch.float32, device=self.device)
         # Running moments (observation normaliser, and a return normaliser where the learner has one) are pooled
         # exactly (asyncrl.algo.moment_sync); any other floating-point buffer is averaged.
@@ -431,10 +442,15 @@ class _Group:
             while not channels.stopping and time.monotonic() < deadline:
                 time.sleep(0.02)
 
-    def _collective(self, tensor: Any) -> None:
+    def min_int(self, value: int) -> int:
+        tensor = self.torch.tensor([value], dtype=self.torch.int64, device=self.device)
+        self._collective(tensor, self.dist.ReduceOp.MIN)
+        return int(tensor.item())
+
+    def _collective(self, tensor: Any, op: Any = None) -> None:
         self._beat()
         try:
-            self.dist.all_reduce(tensor)
+            self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM if op is None else op)
         except (RuntimeError, ValueError) as exc:
             self._lost(exc)
 
@@ -472,8 +488,8 @@ class _Group:
     def _write_checksum(self, learner: Any) -> None:
         from asyncrl.models.actor_critic import flat_state
 
-        digest = hashlib.sha256()
-        for t in flat_state(learner.policy_module()):
+        digest = hashlib.sha256()  # the published policy (with its buffers) and every trained parameter
+        for t in [*flat_state(learner.policy_module()), *self.params]:
             digest.update(t.detach().float().cpu().contiguous().numpy().tobytes())
         with open(os.path.join(self.run_dir, CHECKSUMS_FILE), "a") as f:
             f.write(json.dumps({"rank": self.info.rank, "version": learner.version,

@@ -69,6 +69,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     device = resolve_device(cfg.device)
     learner = make_learner(cfg, spec, device)
     learner.sync_gradients = distributed.sync_gradients  # data-parallel hook (torchrun): average over the ranks
+    learner.agree_updates = distributed.agree_min  # off-policy learners: the same update count on every rank
     env_steps = 0
     run_state: dict = {}  # the runner's counters (elapsed time, episodes, restarts), kept with each checkpoint
     if cfg.resume:
