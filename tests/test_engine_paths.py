@@ -67,7 +67,7 @@ def test_two_policy_workers_and_frames_stop_then_enjoy_beats_an_untrained_policy
                                                                                   reap: list[TrainRun]) -> None:
     """--policy-workers 2: both serve inference; --frames stops the run at (just after) the frame count; and
     `asyncrl-enjoy` scores the final checkpoint well above the same model with untrained weights."""
-    frames = 30_000
+    frames = 40_000
     batch = ["--batch-size", "256", "--minibatches", "4"]  # the CartPole preset's: batches of 64 learn unevenly
     run = start_train([*SMALL, *batch, "--policy-workers", "2", "--frames", str(frames)], tmp_path / "train", "pw2")
     reap.append(run)

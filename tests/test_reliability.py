@@ -325,6 +325,10 @@ def test_queue_repair_releases_a_lock_held_by_a_dead_process() -> None:
         putter.join(timeout=5)
         assert not putter.is_alive(), "put() is still blocked on the dead process's lock"
         assert queue.get(timeout=1) == 1
+        # The repair thread reports after releasing the lock: the put() may return before the report arrives.
+        deadline = time.monotonic() + 5
+        while not repaired and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert repaired and f"dead thread {proc.pid}" in repaired[0]
     finally:
         thread.stop()
