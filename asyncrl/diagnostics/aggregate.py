@@ -85,9 +85,9 @@ class Totals:
         """Share of wall time each process type spent in each stage (then the interval's tallies reset).
 
         The shares cover the newest intervals that span at least `STAGE_WINDOW_S` seconds (two intervals at the
-        default 5 s report interval), not just the newest one: a stage
-        reports its time when it ends, so an update or a wait longer than the report interval would otherwise
-        leave one interval with no learner timings and the next with a share above 100%.
+        default 5 s report interval), not just the newest one: a stage reports its time when it ends, so an
+        update or a wait longer than the report interval would otherwise leave one interval with no learner
+        timings and the next with a share above 100%.
         """
         now = time.monotonic() if now is None else now
         tally = {f"rollout_{k}": v for k, v in self.rollout_time.items()}
