@@ -164,19 +164,22 @@ def test_two_ranks_one_node_stay_identical_and_learn_cartpole(tmp_path: Path, la
     assert saved >= frames > rank0_alone
 
 
-def test_two_nodes_c10d_rendezvous_stay_identical(tmp_path: Path, launches: list[Launch]) -> None:
+def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path: Path,
+                                                                        launches: list[Launch]) -> None:
+    """Two torchrun nodes on an image-plus-vector Dict env (a CNN and an MLP encoder, per-key slots)."""
     train_dir = tmp_path / "train"
     port = free_port()
     nodes = []
     for node in (0, 1):
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", f"asyncrl-test-{port}"]
-        nodes.append(Launch(args, ["--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}",
+        dict_env = ["--env", "tests.custom_env:SignMatch", "--batch-size", "256", "--experiment", "signmatch"]
+        nodes.append(Launch(args, [*dict_env, "--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}",
                             module="asyncrl.cli.train"))
     launches.extend(nodes)
     for launch in nodes:
         assert launch.wait() == 0, launch.output()[-3000:]
-    assert_ranks_agree(train_dir / "CartPole-v1")
+    assert_ranks_agree(train_dir / "signmatch")
 
 
 def test_resume_continues_the_policy_version_on_both_ranks(tmp_path: Path, launches: list[Launch]) -> None:
