@@ -16,7 +16,8 @@ mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (pip inst
 
 def test_mujoco_ids_get_the_mujoco_preset() -> None:
     cfg = config_from_flags(env="Hopper-v5")
-    assert (cfg.normalize_obs, cfg.rollout, cfg.batch_size, cfg.epochs, cfg.lr) == (True, 64, 2048, 10, 3e-4)
+    assert (cfg.normalize_obs, cfg.normalize_returns, cfg.rollout, cfg.batch_size, cfg.epochs, cfg.lr) == (
+        True, True, 64, 2048, 10, 3e-4)
     cfg.validate()
     assert not config_from_flags(env="Pendulum-v1").normalize_obs  # other continuous envs keep the vector preset
 

@@ -213,9 +213,11 @@ def test_the_off_policy_preset_applies_only_to_unset_flags() -> None:
     assert config_from_flags(env="Pendulum-v1").hidden_size == 64  # appo keeps the vector preset
     redq = config_from_flags(env="Pendulum-v1", algo="redq")
     assert (redq.envs_per_worker, redq.batch_size, redq.rollout) == (2, 16, 8)  # 320 updates per batch at utd 20
-    # over a family preset with PPO minibatching and observation normalisation (MuJoCo), neither carries over
+    # over a family preset with PPO minibatching and observation and return normalisation (MuJoCo), none carries over
     cheetah = config_from_flags(env="HalfCheetah-v5", algo="sac")
-    assert (cheetah.batch_size, cheetah.minibatches, cheetah.normalize_obs) == (64, 1, False)
+    assert (cheetah.batch_size, cheetah.minibatches, cheetah.normalize_obs, cheetah.normalize_returns) == (
+        64, 1, False, False)
+    cheetah.validate()
 
 
 @pytest.mark.parametrize("algo", ALGOS)
