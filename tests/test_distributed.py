@@ -173,8 +173,9 @@ def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path:
     for node in (0, 1):
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", f"asyncrl-test-{port}"]
-        dict_env = ["--env", "tests.custom_env:SignMatch", "--batch-size", "256", "--experiment", "signmatch"]
-        nodes.append(Launch(args, [*dict_env, "--frames", str(24 * UPDATE_STEPS)], train_dir, f"node{node}",
+        dict_env = ["--env", "tests.custom_env:SignMatch", "--batch-size", "128", "--minibatches", "2",
+                    "--experiment", "signmatch"]
+        nodes.append(Launch(args, [*dict_env, "--frames", str(12 * UPDATE_STEPS)], train_dir, f"node{node}",
                             module="asyncrl.cli.train"))
     launches.extend(nodes)
     for launch in nodes:
