@@ -36,8 +36,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "off_policy": {
         "workers": 1, "envs_per_worker": 8, "worker_splits": 2, "rollout": 8, "batch_size": 64,
         "hidden_size": 256, "lr": 3e-4, "lr_schedule": "constant", "gamma": 0.99,
-        # PPO-only settings a family preset may set (mujoco: 8 minibatches, normalised observations): the replay
-        # learners neither split batches nor normalise observations.
+        # PPO-only settings a family preset may set (mujoco: 8 minibatches, normalised observations and returns):
+        # the replay learners neither split batches nor normalise observations or returns.
         "epochs": 1, "minibatches": 1, "normalize_obs": False, "normalize_returns": False,
     },
     # --algo redq on top of off_policy: 20 updates per env step, so batches of 16 env steps (2 envs, one per split)
