@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_doom.py                               # doom_basic and doom_defend_the_center
     .venv/bin/python scripts/bench_doom.py doom_deathmatch_bots --envs 4 --windows 3 --seconds 3
+    .venv/bin/python scripts/bench_doom.py doom_basic --hud both     # what drawing the status bar costs
 
 Random actions, 3x72x128 frames, frameskip 4 (one agent step = 4 tics), same-step auto-reset, as a rollout
 worker steps them but without a policy. After one warm-up window, each window gives the wall-clock steps/s and
@@ -28,10 +29,10 @@ def cpu_seconds(me: psutil.Process) -> tuple[float, float]:
     return own.user + own.system, engines
 
 
-def bench(name: str, envs: int, windows: int, seconds: float, seed: int) -> dict[str, float]:
-    env = DoomVecEnv(name, envs)
+def bench(name: str, envs: int, windows: int, seconds: float, seed: int, hud: bool | None) -> dict[str, float]:
+    env = DoomVecEnv(name, envs, hud=hud)
     try:
-        n = env.num_envs
+        n, drawn = env.num_envs, env.hud
         obs = np.zeros((n, *env.spec.obs_shape), env.spec.obs_dtype)
         final_obs, reward = np.zeros_like(obs), np.zeros(n, np.float32)
         terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
@@ -57,7 +58,8 @@ def bench(name: str, envs: int, windows: int, seconds: float, seed: int) -> dict
         env.close()
     cpu_us = float(np.median(np.add(own_us, engine_us)))
     return dict(sps=float(np.median(sps)), sps_min=min(sps), sps_max=max(sps), own_us=float(np.median(own_us)),
-                engine_us=float(np.median(engine_us)), cpu_us=cpu_us, per_core=1e6 / cpu_us, episodes=episodes)
+                engine_us=float(np.median(engine_us)), cpu_us=cpu_us, per_core=1e6 / cpu_us, episodes=episodes,
+                hud=drawn)
 
 
 def main() -> None:
@@ -67,16 +69,21 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=5, help="measurement windows after the warm-up")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each window")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hud", choices=["scenario", "on", "off", "both"], default="scenario",
+                        help="draw the status bar as the scenario does, always, never, or a row of each")
     args = parser.parse_args()
+    huds = {"scenario": [None], "on": [True], "off": [False], "both": [False, True]}[args.hud]
     print(f"{args.envs} games in one process, random actions; medians of {args.windows} x {args.seconds:g} s windows")
-    print("| env | agent steps/s (wall) | range | CPU us/step: python + engine | agent steps/s per core | "
+    print("| env | status bar | agent steps/s (wall) | range | CPU us/step: python + engine | agent steps/s per core | "
           "frames/s per core |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name in args.envs_names:
-        r = bench(name, args.envs, args.windows, args.seconds, args.seed)
-        print(f"| {name} | {r['sps']:,.0f} | {r['sps_min']:,.0f}-{r['sps_max']:,.0f} | "
-              f"{r['cpu_us']:,.0f}: {r['own_us']:,.0f} + {r['engine_us']:,.0f} | {r['per_core']:,.0f} | "
-              f"{4 * r['per_core']:,.0f} |", flush=True)
+        for hud in huds:
+            r = bench(name, args.envs, args.windows, args.seconds, args.seed, hud)
+            print(f"| {name} | {'on' if r['hud'] else 'off'} | {r['sps']:,.0f} | "
+                  f"{r['sps_min']:,.0f}-{r['sps_max']:,.0f} | "
+                  f"{r['cpu_us']:,.0f}: {r['own_us']:,.0f} + {r['engine_us']:,.0f} | {r['per_core']:,.0f} | "
+                  f"{4 * r['per_core']:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

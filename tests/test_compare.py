@@ -119,3 +119,18 @@ def test_at_frames_compares_runs_as_they_stood_then(tmp_path: Path, capsys) -> N
     assert summary["at_frames"] == 14000 and "at or before 14,000 frames" in stdout
     code, _, err = run_compare(capsys, str(a), "--at-frames", "20000")
     assert code == 2 and "stopped at 14,000 frames, before --at-frames 20,000" in err and len(err.splitlines()) == 1
+
+
+def test_frames_to_threshold_waits_for_a_full_window_of_episodes(tmp_path: Path, capsys) -> None:
+    """A few lucky first episodes put the rolling mean over the threshold: that is not the run reaching it."""
+    run_dir = tmp_path / "g" / "seed0"
+    run_dir.mkdir(parents=True)
+    records = [(8_000, 0.98, 4), (50_000, 0.02, 60), (100_000, 0.97, 99), (150_000, 0.4, 150), (200_000, 0.96, 400)]
+    lines = [json.dumps({"time": i, "frames": f, "episode_return_mean": v, "episodes": e})
+             for i, (f, v, e) in enumerate(records)]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    code, stdout, _ = run_compare(capsys, str(tmp_path / "g"), "--threshold", "0.95", "--out", str(tmp_path / "o"))
+    assert code == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["groups"][0]["frames_to_threshold"] == {"seed0": 200_000}
+    assert "g/seed0: 200,000" in stdout

@@ -243,3 +243,40 @@ def test_measurements_are_a_second_dict_key(doom: list) -> None:
         env.step(np.array([NOOP, 3]), obs, np.zeros(2, np.float32), *flags, final_obs)  # env 1 fires
     np.testing.assert_array_equal(obs["measurements"], env.game_variables)
     assert obs["measurements"][1, 2] == obs["measurements"][0, 2] - 1  # SELECTED_WEAPON_AMMO
+
+
+@needs_vizdoom
+def test_the_hud_shows_what_a_shot_costs(doom: list) -> None:
+    """defend_the_center draws the status bar (as Sample Factory's config does): the bottom band of the frame
+    differs from the same scenario with `hud=False`, and a spent bullet changes it."""
+    from asyncrl.envs.doom import SCENARIOS
+
+    assert SCENARIOS["defend_the_center"].hud and not SCENARIOS["my_way_home"].hud
+    with_hud, without = make(doom, "doom_defend_the_center", 1), make(doom, "doom_defend_the_center", 1, hud=False)
+    a, b = Buffers(1), Buffers(1)
+    with_hud.reset(0, a.obs)
+    without.reset(0, b.obs)
+    band = slice(62, 72)  # the status bar's rows at 72x128
+    assert not np.array_equal(a.obs[0, :, band], b.obs[0, :, band])
+    before, ammo = a.obs[0, :, band].copy(), with_hud.game_variables[0, 2]
+    for _ in range(3):
+        a.step(with_hud, [1])  # attack, no turn
+    assert with_hud.game_variables[0, 2] < ammo  # SELECTED_WEAPON_AMMO: a bullet spent
+    assert not np.array_equal(a.obs[0, :, band], before)  # the ammo count in the status bar changed
+
+
+@needs_vizdoom
+def test_bot_matches_survive_respawns_after_time_limit_cuts(doom: list) -> None:
+    """After a cut match the engine can end the next one at a respawn (the player dead, no state left to read):
+    that is an episode end, never a step that reads a missing frame. 600 steps of 100-step matches, 2 envs."""
+    env = make(doom, "doom_deathmatch_bots", 2, episode_timeout=400)
+    buf = Buffers(2)
+    env.reset(1, buf.obs)
+    rng = np.random.default_rng(1)
+    episodes: list[EpisodeStats] = []
+    for _ in range(600):
+        episodes += buf.step(env, rng.integers(0, env.spec.num_actions, 2))
+        assert buf.obs.std() > 10  # every step leaves a rendered frame
+    cut = [e for e in episodes if e.truncated]
+    assert len(cut) >= 6 and all(e.length == 100 for e in cut)
+    assert all(e.length < 100 for e in episodes if not e.truncated)

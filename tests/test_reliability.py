@@ -189,7 +189,7 @@ def test_killed_workers_and_env_errors_are_recovered(runs: Callable[..., Run]) -
 
 def test_hung_worker_is_restarted_and_dead_learner_stops_the_run(runs: Callable[..., Run]) -> None:
     """An env that never returns is named and its worker restarted; a killed learner stops the run at once,
-    pointing at the last checkpoint."""
+    pointing at the last checkpoint, and is named as the cause even when a SIGTERM follows at once."""
     run = runs(["--env", "tests.faults:make_hang_once_env", *SMALL, "--seconds", "120", "--hang-timeout", "4",
                 "--checkpoint-interval", "2"])
     named = wait_until(lambda: "made no progress for" in run.stdout(), 90, run)
@@ -198,9 +198,13 @@ def test_hung_worker_is_restarted_and_dead_learner_stops_the_run(runs: Callable[
     assert wait_until(lambda: list_checkpoints(str(run.run_dir)), 30, run)
     frames = last(run)["frames"]
     assert wait_until(lambda: last(run)["frames"] > frames + 1000, 30, run), "no progress after the restart"
-    run.kill_child("asyncrl-learner")
+    learner = run.kill_child("asyncrl-learner")
+    deadline = time.monotonic() + 5
+    while _running(learner) and time.monotonic() < deadline:  # dead, but not yet seen by the 0.25 s checks
+        time.sleep(0.001)
+    os.kill(run.proc.pid, signal.SIGTERM)  # as torchrun does when another rank noticed the death first
     t0 = time.monotonic()
-    assert run.wait(20) == 1
+    assert run.wait(20) == 1, run.output()[-3000:]
     assert time.monotonic() - t0 < 10
     err = run.stderr()
     assert "the learner was killed by SIGKILL; stopping" in err and "continue with --resume" in err, err

@@ -33,6 +33,9 @@ def is_timing(key: str) -> bool:
     return key.startswith("t_")
 
 
+RETURN_WINDOW = 100  # episode_return_mean and episode_length_mean: the mean over the last 100 episodes
+
+
 @dataclass
 class Totals:
     """Counters over the whole run and over the current report interval."""
@@ -43,8 +46,8 @@ class Totals:
     episodes_truncated: int = 0  # episodes a time limit cut (truncated, not terminated)
     truncations_unbootstrapped: int = 0  # trained-on truncations with no final observation (masked out)
     dropped_stale: int = 0
-    returns: deque = field(default_factory=lambda: deque(maxlen=100))
-    lengths: deque = field(default_factory=lambda: deque(maxlen=100))
+    returns: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
+    lengths: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
     learner: list[dict] = field(default_factory=list)
     learner_stat_names: list[str] = field(default_factory=list)  # recorded (None) even before the first update
     rollout_time: dict[str, float] = field(

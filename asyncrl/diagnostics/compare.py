@@ -6,7 +6,8 @@ interquartile mean (IQM, `scipy.stats.trim_mean(x, 0.25)`) of the final scores w
 bootstrap confidence interval (`scipy.stats.bootstrap`, resampling runs; with one task the stratified bootstrap
 of Agarwal et al. 2021 resamples runs within that one stratum). Between two groups: the probability of
 improvement P(X > Y) + P(X = Y) / 2 (the Mann-Whitney U statistic over n_x * n_y), Welch's t-test p-value and
-the Mann-Whitney U test p-value. Torch-free.
+the Mann-Whitney U test p-value. Frames to a threshold count only records whose rolling mean spans a full window
+(`RETURN_WINDOW` episodes): at the start of a run the mean of a few lucky episodes would cross it. Torch-free.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from asyncrl.diagnostics.aggregate import RETURN_WINDOW
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.diagnostics.rundir import RunDirError
 
@@ -35,6 +37,7 @@ class Run:
     path: str
     frames: np.ndarray  # frames of the records that have the metric
     values: np.ndarray  # the metric at those frames
+    full_window: np.ndarray  # per point: the run had ended RETURN_WINDOW episodes (or its record has no count)
 
     @property
     def name(self) -> str:
@@ -44,8 +47,9 @@ class Run:
         return float(np.mean(self.values[-FINAL_RECORDS:]))
 
     def frames_to(self, threshold: float) -> int | None:
-        """Frames of the first record whose metric is >= threshold; None if never."""
-        hit = np.nonzero(self.values >= threshold)[0]
+        """Frames of the first record, over a full window of episodes, whose metric is >= threshold; None if
+        never."""
+        hit = np.nonzero((self.values >= threshold) & self.full_window)[0]
         return int(self.frames[hit[0]]) if hit.size else None
 
 
@@ -108,12 +112,13 @@ def load_run_curve(path: str, metric: str, at_frames: float | None = None) -> Ru
             raise RunDirError(f"{path} stopped at {reached:,} frames, before --at-frames {at_frames:,.0f}; "
                               f"continue it (asyncrl-train ... --resume --frames N) or lower --at-frames")
         records = [r for r in records if _number(r.get("frames")) and r["frames"] <= at_frames]
-    pts = [(r.get("frames"), r.get(metric)) for r in records]
-    pts = [(f, v) for f, v in pts if _number(f) and _number(v) and math.isfinite(v)]
+    pts = [(r.get("frames"), r.get(metric), r.get("episodes")) for r in records]
+    pts = [(f, v, e) for f, v, e in pts if _number(f) and _number(v) and math.isfinite(v)]
     if not pts:
         return None
-    frames, values = zip(*pts)
-    return Run(path, np.asarray(frames, dtype=np.float64), np.asarray(values, dtype=np.float64))
+    frames, values, episodes = zip(*pts)
+    full = np.array([not _number(e) or e >= RETURN_WINDOW for e in episodes], dtype=bool)
+    return Run(path, np.asarray(frames, dtype=np.float64), np.asarray(values, dtype=np.float64), full)
 
 
 def load_group(path: str, metric: str, label: str | None = None, at_frames: float | None = None) -> Group:

@@ -1,9 +1,11 @@
 """VizDoom scenarios (`doom_<scenario>`), stepped one after another in this process.
 
 Each env is one `vizdoom.DoomGame` (an engine child process driven over shared memory). Frames are rendered at
-256x144 (16:9, the wide field of view) in channels-first RGB and averaged 2x2 down to 3x72x128 uint8. One agent
-step is `make_action(action, 4)`: four emulator tics with the action held, so `EnvSpec.frameskip = 4` and frame
-counts are tics. Actions are a Discrete set of button combinations per scenario (`SCENARIOS`).
+256x144 (16:9, the wide field of view) in channels-first RGB and averaged 2x2 down to 3x72x128 uint8. The
+status bar (HUD) is drawn only where the scenario rations something the view does not show (defend_the_center's
+ammunition): drawing it costs 5-12% more CPU per step (`scripts/bench_doom.py --hud both`). One agent step is
+`make_action(action, 4)`: four emulator tics with the action held, so `EnvSpec.frameskip = 4` and frame counts
+are tics. Actions are a Discrete set of button combinations per scenario (`SCENARIOS`).
 
 Episode ends follow the terminated/truncated split of the step signature
 `step(actions, obs_out, reward_out, terminated_out, truncated_out, final_obs_out)`: the scenario's
@@ -74,6 +76,7 @@ class DoomScenario:
     reward_scale: float = 1.0  # training reward = raw reward x scale (episode stats stay raw)
     timeout: int | None = None  # episode limit in tics; None: the config's episode_timeout (0: none)
     bots: int = 0  # deathmatch bots added at every episode start (multiplayer host)
+    hud: bool = False  # draw the status bar (ammo, health, armour) across the bottom of the frame
 
     @property
     def actions(self) -> list[Option]:
@@ -87,7 +90,8 @@ class DoomScenario:
 SCENARIOS: dict[str, DoomScenario] = {
     # noop, left, right, attack (single buttons, as in Sample Factory); living reward -1/tic, kill +100
     "basic": DoomScenario("basic.cfg", ((NOOP, ("MOVE_LEFT",), ("MOVE_RIGHT",), ("ATTACK",)),), 0.01),
-    "defend_the_center": DoomScenario("defend_the_center.cfg", (TURN, ATTACK)),
+    # 26 rounds and no pick-ups: the status bar's ammo count is what lets the value function price a missed shot
+    "defend_the_center": DoomScenario("defend_the_center.cfg", (TURN, ATTACK), hud=True),
     "defend_the_line": DoomScenario("defend_the_line.cfg", (TURN, ATTACK)),
     "health_gathering": DoomScenario("health_gathering.cfg", (TURN, FORWARD), 0.01),
     "health_gathering_supreme": DoomScenario("health_gathering_supreme.cfg", (TURN, FORWARD), 0.01),
@@ -158,15 +162,16 @@ class DoomVecEnv(VecEnv):
     stats always carry the raw return. `game_variables[i]` holds GAME_VARIABLES for the observation now in
     `obs_out[i]`; `final_game_variables[i]` those of `final_obs_out[i]` where a step truncated env i. With
     `measurements` the observations are Dict ones (`ArrayDict`s): the frame in "screen" and the game variables
-    in "measurements" as well.
+    in "measurements" as well. `hud` draws the status bar or not (None: as the scenario does).
     """
 
     def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None,
-                 measurements: bool = False) -> None:
+                 measurements: bool = False, hud: bool | None = None) -> None:
         self.num_envs = num_envs
         self.training = training
         self.measurements = measurements
         self.scenario = scenario(name)
+        self.hud = self.scenario.hud if hud is None else hud
         self._vzd = import_vizdoom(name)
         self.spec = doom_env_spec(name, measurements)
         buttons = self.scenario.buttons
@@ -218,7 +223,7 @@ class DoomVecEnv(VecEnv):
             game.set_sound_enabled(False)
             game.set_screen_resolution(getattr(vzd.ScreenResolution, RENDER_RESOLUTION))
             game.set_screen_format(vzd.ScreenFormat.CRCGCB)  # channels first
-            game.set_render_hud(False)
+            game.set_render_hud(self.hud)
             game.set_render_crosshair(False)
             game.set_render_messages(False)
             game.set_render_decals(False)
@@ -267,6 +272,7 @@ class DoomVecEnv(VecEnv):
             terminated = game.is_episode_finished()  # death or the scenario's end: VizDoom's timeout is off
             if not terminated and self.scenario.bots and game.is_player_dead():
                 game.respawn_player()
+                terminated = game.is_episode_finished()  # the engine can end the match at a respawn
             truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
             terminated_out[i] = terminated
             truncated_out[i] = truncated

@@ -127,6 +127,7 @@ class Runner:
             self._start_processes()
             self._wait_ready()
             self._loop()
+            self.supervisor.check_learner()  # RunError if the learner died before the stop
             code = 0
         except RunError as exc:
             run_error = exc

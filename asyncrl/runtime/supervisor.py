@@ -149,6 +149,13 @@ class Supervisor:
         if env_errors is not None:
             self._check_env_error_rate(*env_errors, now)
 
+    def check_learner(self) -> None:
+        """At a stop: a learner that has already died is the run's error, even when a signal (e.g. torchrun's
+        SIGTERM after another rank noticed the death first) ended the loop before the periodic check saw it."""
+        proc = self.procs.get("learner")
+        if proc is not None and not proc.is_alive():
+            self._died("learner", proc)
+
     def _beats(self, kind: str):
         return self.live[f"beat_{kind}"]
 
