@@ -11,6 +11,9 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   `acted[slot] = t` once the actions are written; a rollout worker steps only when `acted[slot]` equals its
   t. So a request that is repeated (re-sent after a policy worker died) or stale (from a dead rollout worker)
   is answered at most harmlessly, and a stale wake-up is ignored.
+- `transit[w]`: what rollout worker w is handing over: `TAKING` while it takes a slot off the free queue and
+  records it as its own, the slot's index from clearing its ownership until it is on the full queue,
+  `NO_TRANSIT` otherwise. A worker that dies with a transit may have lost that slot.
 - `incarnation[w]`: bumped by the runner each time rollout worker w is restarted (new env seeds).
 - `policy_epoch[0]`: bumped each time a policy worker is restarted; rollout workers then re-send the requests
   that were not answered, since the dead worker may have taken them off the queue.
@@ -25,6 +28,7 @@ import numpy as np
 from asyncrl.runtime.shared import SharedArrays
 
 NO_OWNER = -1
+NO_TRANSIT, TAKING = -1, -2
 WORDS = 256
 
 
@@ -38,6 +42,7 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "slot_owner": ((slots,), i64),
         "want": ((slots,), i64),
         "acted": ((slots,), i64),
+        "transit": ((workers,), i64),
         "incarnation": ((workers,), i64),
         "policy_epoch": ((1,), i64),
         "env_errors": ((workers,), i64),
@@ -49,6 +54,7 @@ def allocate_liveness(workers: int, policy_workers: int, slots: int) -> SharedAr
     live = SharedArrays(liveness_layout(workers, policy_workers, slots))
     for name in ("slot_owner", "want", "acted"):
         live[name][:] = NO_OWNER
+    live["transit"][:] = NO_TRANSIT
     return live
 
 
@@ -67,9 +73,13 @@ def read_words(live: SharedArrays, worker: int) -> str:
     return message
 
 
-def release_slots(live: SharedArrays, worker: int) -> list[int]:
-    """Forget every slot rollout worker `worker` held (it is dead); return them, for the free queue."""
+def release_slots(live: SharedArrays, worker: int) -> tuple[list[int], bool]:
+    """Forget every slot dead rollout worker `worker` held; return them, for the free queue, and whether it
+    died handing a slot over (that slot, unrecorded, may be lost)."""
     held = np.flatnonzero(live["slot_owner"] == worker)
+    transit = int(live["transit"][worker])
+    maybe_lost = transit == TAKING or (transit >= 0 and transit not in held)
     for name in ("slot_owner", "want", "acted"):
         live[name][held] = NO_OWNER
-    return held.tolist()
+    live["transit"][worker] = NO_TRANSIT
+    return held.tolist(), maybe_lost

@@ -6,7 +6,8 @@ slot holds `rollout` steps it goes to the learner and the worker takes a free on
 
 A full slot is the learner's the moment it is on the `full` queue: everything the worker still needs from it
 (the bootstrap observation that starts the next trajectory) is copied out first, and its pending-request
-marker is cleared first, so a re-sent request cannot make a policy worker write into it.
+marker is cleared first, so a re-sent request cannot make a policy worker write into it. Each hand-over is
+recorded in `transit` (see liveness.py), so the runner knows when a dead worker may have lost a slot.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from asyncrl.envs.base import EnvBroken
 from asyncrl.envs.dict_obs import zeros_like
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.interval_stats import IntervalStats
-from asyncrl.runtime.liveness import NO_OWNER
+from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
@@ -43,10 +44,13 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     envs = guard.make_envs()
     faults = guard.faults()  # per split: env instances its backend replaced during the last step
 
+    transit = channels.live["transit"]
     for split in range(cfg.worker_splits):
+        transit[worker] = TAKING
         slot = get_or_stop(channels.free, channels, idle=guard.heartbeat)
         if slot is None:
             return _close(envs)
+        owner[slot], transit[worker] = worker, NO_TRANSIT
         final_step[slot] = NO_FINAL
         guard.begin(split, slot)
 
@@ -86,15 +90,18 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         stats.add("env_steps", cfg.envs_per_split)
         t += 1
         if t == cfg.rollout:
-            owner[slot] = want[slot] = NO_OWNER  # no request for this slot may be served from now on
             carry[split][...] = obs[slot, t]  # the bootstrap observation starts the next trajectory
             if cfg.deterministic:  # the runner counts these steps before the learner's report on them
                 stats.maybe_report(force=True)
+            transit[worker] = slot  # handing over: ownership cleared, not yet queued
+            owner[slot] = want[slot] = NO_OWNER  # no request for this slot may be served from now on
             channels.full.put(slot)  # from here on the slot is the learner's: no more reads or writes
+            transit[worker] = TAKING
             new_slot = _wait_for_free_slot(channels, stats)
             if new_slot is None:
                 break
-            owner[new_slot], acted[new_slot] = worker, NO_OWNER
+            owner[new_slot], transit[worker] = worker, NO_TRANSIT
+            acted[new_slot] = NO_OWNER
             final_step[new_slot] = NO_FINAL
             obs[new_slot, 0] = carry[split]
             slot, t = new_slot, 0

@@ -33,6 +33,7 @@ from asyncrl.runtime.checkpoint import checkpoint_dir, list_checkpoints
 from asyncrl.runtime.liveness import read_words, release_slots
 from asyncrl.runtime.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.rollout_guard import EXIT_ENV_ERRORS
+from asyncrl.runtime.trajectories import circulating_slots, num_slots
 
 RESTART_WINDOW_S = 300.0
 MAX_RESTARTS = 5  # restarts of one process within the window; one more failure stops the run
@@ -95,6 +96,7 @@ class Supervisor:
         self.live = channels.live
         self.members: dict[str, Member] = {}
         self.worker_restarts = self.policy_restarts = self.env_errors_base = 0
+        self.spare_slots = list(range(circulating_slots(cfg), num_slots(cfg)))  # for slots lost in transit
         self.save_failed: str | None = None
         self.last_saved: dict | None = None  # the learner's latest "saved" report: version, env_steps, path
         self.last_env_error: dict | None = None
@@ -215,13 +217,18 @@ class Supervisor:
             raise RunError(f"{name} failed {len(member.restarts)} times in {RESTART_WINDOW_S / 60:.0f} min (last: "
                            f"it {cause}); stopping.")
         if member.kind == "rollout":
-            slots = release_slots(self.live, member.index)
+            slots, maybe_lost = release_slots(self.live, member.index)
             drain(self.channels.actions_ready[member.index])
-            if slots:
-                self.channels.free.put_many(slots)
+            spare = maybe_lost and bool(self.spare_slots)
+            if slots or spare:
+                self.channels.free.put_many(slots + self.spare_slots[-1:] * spare)
             self.live["incarnation"][member.index] += 1
             self.worker_restarts += 1
-            what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded)"
+            what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded"
+            if spare:
+                self.spare_slots.pop()
+                what += "; it died handing a slot over, so a spare slot stands in for it"
+            what += ")"
         elif member.kind == "eval":
             what = "restarted it (training was not affected)"
         else:

@@ -24,13 +24,24 @@ Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
 NO_FINAL = -1  # final_step of an env with no truncation in the slot
 
 
-def num_slots(cfg: Config) -> int:
+# Slots kept off the free queue at start. A rollout worker killed while handing a slot over (between the free
+# queue and its ownership record, or between that record and the full queue) may lose the slot; the supervisor
+# then puts a spare in circulation. A spare never duplicates a slot, so at worst one more slot circulates.
+SPARE_SLOTS = 2
+
+
+def circulating_slots(cfg: Config) -> int:
     """One slot in flight per split, plus one batch's worth queued for the learner.
 
     Bounding the slots is the back-pressure that caps staleness: when the learner falls behind, workers wait
     for a free slot instead of piling up ever older trajectories.
     """
     return cfg.num_splits + cfg.trajectories_per_batch
+
+
+def num_slots(cfg: Config) -> int:
+    """Slots allocated: the circulating ones (ids 0..) and then the spares."""
+    return circulating_slots(cfg) + SPARE_SLOTS
 
 
 def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:

@@ -13,7 +13,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.channels import Channels
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.trajectories import allocate_trajectories, circulating_slots, num_slots
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def build_wiring(cfg: Config, spec: EnvSpec) -> RunWiring:
                           f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
                           ) from None
     # Lockstep (--deterministic): one batch of slots, so the worker waits for each update before collecting on.
-    free = cfg.trajectories_per_batch if cfg.deterministic else num_slots(cfg)
+    free = cfg.trajectories_per_batch if cfg.deterministic else circulating_slots(cfg)
     channels.free.put_many(list(range(free)))
     processes = [ProcessSpec("learner", "asyncrl.runtime.learner", "run_learner",
                              (cfg, spec, traj, weights, channels))]
