@@ -219,16 +219,14 @@ class Supervisor:
         if member.kind == "rollout":
             slots, maybe_lost = release_slots(self.live, member.index)
             drain(self.channels.actions_ready[member.index])
-            spare = maybe_lost and bool(self.spare_slots)
-            if slots or spare:
-                self.channels.free.put_many(slots + self.spare_slots[-1:] * spare)
+            spare = self.spare_slots.pop() if maybe_lost and self.spare_slots else None
+            back = slots + ([] if spare is None else [spare])
+            if back:
+                self.channels.free.put_many(back)
             self.live["incarnation"][member.index] += 1
             self.worker_restarts += 1
             what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded"
-            if spare:
-                self.spare_slots.pop()
-                what += "; it died handing a slot over, so a spare slot stands in for it"
-            what += ")"
+            what += ")" if spare is None else "; it died handing a slot over, so a spare slot stands in for it)"
         elif member.kind == "eval":
             what = "restarted it (training was not affected)"
         else:
