@@ -59,7 +59,7 @@ def test_slow_env_is_environment_bound(slow_run) -> None:
     proc, run_dir = slow_run
     records = read_metrics(run_dir)
     counts = verdicts(records)
-    assert counts.most_common(1)[0][0] == "env" and counts["env"] >= 0.7 * sum(counts.values()), counts
+    assert counts.most_common(1)[0][0] == "env" and counts["env"] > 0.5 * sum(counts.values()), counts
     assert "bottleneck: environment-bound" in proc.stdout and "--envs-per-worker" in proc.stdout
     last = records[-2]  # the last full interval
     for key in ("fps", "episode_return_mean", "entropy", "value_loss", "kl", "grad_norm", "policy_lag_mean",
