@@ -57,6 +57,28 @@ RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run;
 # The APPO learner applies --normalize-returns and --value-transform (asyncrl/algo/return_norm.py,
 # value_transform.py); validate() refuses them where a learner does not.
 VALUE_SCALING_IN_LEARNER = True
+# Which --algo a flag applies to: a field's metadata "algos" (absent: every algorithm). A flag given on the command
+# line, or a config-file value that differs from the preset's, for an algorithm outside it is refused.
+ALGOS = ("appo", "sac", "td3", "redq")
+PPO_ONLY = ("appo",)
+REPLAY_ONLY = ("sac", "td3", "redq")
+
+
+def applies_to(f: dataclasses.Field) -> tuple[str, ...]:
+    """The --algo values field `f` applies to."""
+    return tuple(f.metadata.get("algos", ALGOS))
+
+
+def check_applicable(algo: str, given: list[str]) -> None:
+    """ConfigError (one line) for the first given setting that --algo `algo` does not use."""
+    if algo not in ALGOS:
+        return  # validate() names the choices; a learner registered at run time (tests) is not checked
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    for name in given:
+        algos = applies_to(fields[name])
+        if algo not in algos:
+            raise ConfigError(f"--{name.replace('_', '-')} applies to --algo {', '.join(algos)} only, not {algo}; "
+                              f"drop it")
 
 
 def check_experiment_name(name: str) -> None:
@@ -95,8 +117,8 @@ class Config:
         "help": "learning algorithm (asyncrl/learners/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
                 "docs/off-policy.md)"})
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
-    epochs: int = field(default=3, metadata={"help": "passes over each batch"})
-    minibatches: int = field(default=4, metadata={"help": "optimizer steps per epoch"})
+    epochs: int = field(default=3, metadata={"algos": PPO_ONLY, "help": "passes over each batch"})
+    minibatches: int = field(default=4, metadata={"algos": PPO_ONLY, "help": "optimizer steps per epoch"})
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
     lr_scaling: str = field(default="none", metadata={
         "help": "none, sqrt or linear: use --lr x sqrt(k) or --lr x k as the learning rate, k = global batch "
@@ -106,49 +128,54 @@ class Config:
     lr_base: float = field(default=0.0, metadata={
         "help": "with --lr-scaling: the rate it scales, recorded in config.json so --resume does not scale twice "
                 "(0: --lr; a given --lr resets it)", "cli": False})
-    scale: str = field(default="", metadata={
+    scale: str = field(default="", metadata={"algos": PPO_ONLY,
         "help": "small, medium or large: the scaling guide's PPO settings for 64 / 4,096 / 65,536 envs (lr, rollout, "
                 "minibatches, epochs, gamma, vtrace-c, workers x envs per worker, batch = envs x rollout); given "
                 "flags win over it, it wins over the env's preset"})
-    lr_schedule: str = field(default="constant", metadata={
+    lr_schedule: str = field(default="constant", metadata={"algos": PPO_ONLY,
         "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
                 "or auto (linear when --frames is set)"})
-    kl_target: float = field(default=0.01, metadata={
+    kl_target: float = field(default=0.01, metadata={"algos": PPO_ONLY,
         "help": "mean KL from the behaviour policy to the current one that the kl schedule aims at"})
-    adam_eps: float = field(default=1e-5, metadata={"help": "Adam epsilon"})
+    adam_eps: float = field(default=1e-5, metadata={"algos": PPO_ONLY, "help": "Adam epsilon"})
     gamma: float = field(default=0.99, metadata={"help": "discount factor"})
-    clip_ratio: float = field(default=0.1, metadata={"help": "PPO clip epsilon"})
-    value_coeff: float = field(default=0.5, metadata={"help": "value loss weight"})
-    entropy_coeff: float = field(default=0.01, metadata={"help": "entropy bonus weight"})
-    max_grad_norm: float = field(default=0.5, metadata={"help": "gradient norm clip"})
-    vtrace_rho: float = field(default=1.0, metadata={"help": "V-trace rho-bar (importance weight clip)"})
-    vtrace_c: float = field(default=0.95, metadata={
+    clip_ratio: float = field(default=0.1, metadata={"algos": PPO_ONLY, "help": "PPO clip epsilon"})
+    value_coeff: float = field(default=0.5, metadata={"algos": PPO_ONLY, "help": "value loss weight"})
+    entropy_coeff: float = field(default=0.01, metadata={"algos": PPO_ONLY, "help": "entropy bonus weight"})
+    max_grad_norm: float = field(default=0.5, metadata={"algos": PPO_ONLY, "help": "gradient norm clip"})
+    vtrace_rho: float = field(default=1.0, metadata={"algos": PPO_ONLY,
+        "help": "V-trace rho-bar (importance weight clip)"})
+    vtrace_c: float = field(default=0.95, metadata={"algos": PPO_ONLY,
         "help": "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)"})
-    normalize_advantages: bool = field(default=True, metadata={"help": "normalise advantages per minibatch"})
-    normalize_obs: bool = field(default=False, metadata={"help": "running mean/std observation normalisation"})
-    normalize_returns: bool = field(default=False, metadata={
+    normalize_advantages: bool = field(default=True, metadata={"algos": PPO_ONLY,
+        "help": "normalise advantages per minibatch"})
+    normalize_obs: bool = field(default=False, metadata={"algos": PPO_ONLY,
+        "help": "running mean/std observation normalisation"})
+    normalize_returns: bool = field(default=False, metadata={"algos": PPO_ONLY,
         "help": "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
                 "so value targets are of order 1"})
-    value_transform: str = field(default="none", metadata={
+    value_transform: str = field(default="none", metadata={"algos": PPO_ONLY,
         "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
-    max_policy_lag: int = field(default=4, metadata={"help": "drop samples more than this many updates old"})
+    max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
+        "help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
     # --- off-policy learners (--algo sac, td3, redq; asyncrl/learners/off_policy.py) ---
-    replay_size: int = field(default=1_000_000, metadata={
+    replay_size: int = field(default=1_000_000, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: replay buffer capacity in transitions (checked against free RAM at start)"})
-    learning_starts: int = field(default=5000, metadata={
+    learning_starts: int = field(default=5000, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: env steps of uniform random actions, and transitions held, before updates start"})
-    utd: float = field(default=0.0, metadata={
+    utd: float = field(default=0.0, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: gradient updates per env step (0: the algorithm's, 1 for sac/td3, 20 for redq)"})
-    q_divergence_alert: float = field(default=1.0, metadata={
+    q_divergence_alert: float = field(default=1.0, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: warn when the critics' estimates exceed the observed returns by this fraction "
                 "(q_divergence) in 3 checks in a row, after 1/((1-gamma) tau) updates (0: never)"})
-    sac_batch_size: int = field(default=256, metadata={
+    sac_batch_size: int = field(default=256, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: transitions sampled from the replay buffer per gradient update"})
-    tau: float = field(default=0.005, metadata={"help": "sac/td3/redq: Polyak rate of the target networks"})
-    per: bool = field(default=False, metadata={
+    tau: float = field(default=0.005, metadata={"algos": REPLAY_ONLY,
+        "help": "sac/td3/redq: Polyak rate of the target networks"})
+    per: bool = field(default=False, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: prioritized replay (proportional, alpha 0.6, beta 0.4 -> 1) instead of uniform"})
-    exploration_noise: float = field(default=0.1, metadata={
+    exploration_noise: float = field(default=0.1, metadata={"algos": ("td3",),
         "help": "td3: std of the Gaussian noise added to the deterministic actor's actions, in half action ranges"})
     train: bool = field(default=True, metadata={"help": "learn; --no-train only samples (throughput benchmarks)"})
     # --- run ---
@@ -157,11 +184,11 @@ class Config:
     train_dir: str = field(default="train_dir", metadata={"help": "where experiments are written"})
     experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    precision: str = field(default="auto", metadata={
+    precision: str = field(default="auto", metadata={"algos": PPO_ONLY,
         "help": "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16"})
     seed: int = field(default=0, metadata={
         "help": "random seed of the model's initial weights, minibatch order, env resets and action sampling"})
-    deterministic: bool = field(default=False, metadata={
+    deterministic: bool = field(default=False, metadata={"algos": PPO_ONLY,
         "help": "reproducible learning: one rollout worker, one split and one policy worker in lockstep with the "
                 "learner, one torch thread, deterministic torch algorithms (see docs/configuration.md)"})
     resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
@@ -377,6 +404,8 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
         presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
                           if f.name in values and values[f.name] != default)
         help_text = f.metadata.get("help", "").replace("%", "%%")
+        if applies_to(f) != ALGOS:
+            presets += f"; --algo {', '.join(applies_to(f))} only"
         if isinstance(default, bool):
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                                 help=f"{help_text} (default: %(default)s{presets})")
@@ -426,6 +455,7 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     """Given settings (and a config file's, which they override) over the preset or the resumed run's config."""
     from asyncrl.presets import preset_for
 
+    on_command_line = set(explicit)
     if config_file is not None:
         from_file = read_config_file(config_file)
         if "lr" in explicit:  # a given --lr is a new base rate, whatever the file recorded
@@ -443,6 +473,7 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
         base.update(scaled(scale, {**base, **explicit}, explicit))
     merged = {**base, **explicit}
+    check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
     if "lr" in explicit and "lr_base" not in explicit:
         merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
     if merged.get("deterministic"):

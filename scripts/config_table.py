@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from asyncrl.config import Config
+from asyncrl.config import ALGOS, Config, applies_to
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BEGIN, END = "<!-- flags:begin (scripts/config_table.py --write) -->", "<!-- flags:end -->"
@@ -52,6 +52,12 @@ def default_text(f: dataclasses.Field) -> str:
     return "`\"\"`" if value == "" else f"`{value}`"
 
 
+def algos_text(f: dataclasses.Field) -> str:
+    """The --algo values a flag applies to ("all" for every algorithm)."""
+    algos = applies_to(f)
+    return "all" if algos == ALGOS else ", ".join(algos)
+
+
 def escape(text: str) -> str:
     """Markdown-safe table cell: `<game>` must not read as an HTML tag, `|` must not split the cell."""
     return text.replace("<", "&lt;").replace(">", "&gt;").replace("|", "/")
@@ -60,8 +66,10 @@ def escape(text: str) -> str:
 def tables() -> str:
     out = []
     for title, group in sections():
-        out += [f"#### {title.capitalize()}", "", "| flag | default | meaning |", "| --- | --- | --- |"]
-        out += [f"| {flag(f)} | {default_text(f)} | {escape(f.metadata.get('help', ''))} |" for f in group]
+        out += [f"#### {title.capitalize()}", "", "| flag | default | --algo | meaning |",
+                "| --- | --- | --- | --- |"]
+        out += [f"| {flag(f)} | {default_text(f)} | {algos_text(f)} | {escape(f.metadata.get('help', ''))} |"
+                for f in group]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
