@@ -1,19 +1,29 @@
-# asyncrl: every target sets itself up first. Override e.g. `make install TORCH_SPEC=torch` for a CUDA build.
+# asyncrl: every target sets itself up first. docs/installation.md says which torch build TORCH_SPEC gets, e.g.
+# `make install TORCH_SPEC=torch==2.13.0+cu128 TORCH_INDEX=https://download.pytorch.org/whl/cu128` for CUDA 12.8.
 PYTHON ?= python3
 VENV ?= .venv
+# The pin resolves to whatever build pip's indexes offer: a CPU wheel where pip is configured with one (the
+# development machine's find-links), PyPI's CUDA build on a stock Linux machine. TORCH_INDEX picks the index.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TORCH_STAMP := $(VENV)/.torch-spec
 ARGS ?=
 
-.PHONY: install test lint train bench clean
+.PHONY: install test lint train bench clean FORCE
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml Makefile
+# Rewritten (so newer than $(STAMP)) only when TORCH_SPEC or TORCH_INDEX differ from the last install's.
+$(TORCH_STAMP): FORCE
+	@mkdir -p $(VENV)
+	@test "$$(cat $@ 2>/dev/null)" = "$(TORCH_SPEC) $(TORCH_INDEX)" || echo "$(TORCH_SPEC) $(TORCH_INDEX)" > $@
+
+$(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q --upgrade $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco]"
 	touch $(STAMP)
 
