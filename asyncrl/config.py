@@ -16,8 +16,17 @@ from typing import Any
 
 
 def default_workers() -> int:
-    """Twice the cores: rollout workers spend much of their time waiting for actions."""
-    return max(2, 2 * (os.cpu_count() or 1))
+    """Twice the cores this process may use (affinity, cgroup quota), shared by the ranks torchrun started on
+    this node: rollout workers spend much of their time waiting for actions."""
+    from asyncrl.runtime.cpus import local_world_size, usable_cpus
+
+    return max(2, 2 * usable_cpus() // local_world_size())
+
+
+def _usable_cpus() -> int:
+    from asyncrl.runtime.cpus import usable_cpus
+
+    return usable_cpus()
 
 
 def auto_envs_per_worker(cfg: Config) -> int:
@@ -489,7 +498,7 @@ def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> di
     if scale not in SCALES:
         return {"scale": scale}
     given = {k: explicit[k] for k in ("workers", "envs_per_worker", "rollout", "worker_splits") if k in explicit}
-    return {**scale_settings(scale, given, cores=os.cpu_count() or 1, world=world_size(),
+    return {**scale_settings(scale, given, cores=_usable_cpus(), world=world_size(),
                              fits=_trajectories_fit(settings)), "scale": scale}
 
 

@@ -30,7 +30,9 @@ def check_can_fork() -> None:
     The engine forks its workers (start method "fork") so they inherit the shared memory; it needs Linux
     (fork, memfd, PR_SET_PDEATHSIG). A fork is unsafe once this process has initialised CUDA (a forked child
     cannot use it) or started torch's CPU thread pool (OpenMP's pool does not survive a fork: the child's
-    first parallel operation hangs), so both are refused.
+    first parallel operation hangs), so both are refused. `torch.cuda.is_available()` and `device_count()`
+    initialise the CUDA driver without setting `torch.cuda.is_initialized()`, so the driver library mapped in
+    this process counts as initialised too (`cuda_driver_loaded`).
     """
     if sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
         raise ForkError(f"asyncrl forks its worker processes and needs Linux (this is {sys.platform}); run it in "
@@ -39,16 +41,45 @@ def check_can_fork() -> None:
         raise ForkError("asyncrl.train must be called from the main thread (it handles SIGINT/SIGTERM to stop "
                         "the run cleanly); call it there, or run asyncrl-train in a subprocess")
     torch = sys.modules.get("torch")
-    if torch is None:
-        return
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
         raise ForkError("CUDA is already initialised in this process and forked workers cannot use it; start the "
                         "training before any CUDA work (e.g. in a fresh notebook kernel), or run asyncrl-train")
+    if cuda_driver_loaded():
+        raise ForkError(CUDA_DRIVER_LOADED)
+    if torch is None:
+        return
     if torch_threads_started():
         raise ForkError("torch has started its CPU thread pool in this process, which a forked worker cannot "
                         "use; start the training before any torch work (e.g. in a fresh notebook kernel or "
                         "script), or run asyncrl-train in a subprocess")
+
+
+CUDA_DRIVER_LOADED = (
+    "the CUDA driver is already loaded in this process (torch.cuda.is_available() and device_count() load it), "
+    "and forked workers cannot use CUDA; set PYTORCH_NVML_BASED_CUDA_CHECK=1 before importing torch (those calls "
+    "then ask NVML instead), or start the training before any CUDA call (a fresh notebook kernel), or run "
+    "asyncrl-train in a subprocess")
+
+
+def cuda_driver_loaded(maps: str = "/proc/self/maps") -> bool:
+    """True when the CUDA driver library (libcuda.so*) is mapped in this process: something initialised CUDA."""
+    try:
+        with open(maps) as f:
+            return any(os.path.basename(line.rstrip("\n").split(maxsplit=5)[-1]).startswith("libcuda.so")
+                       for line in f if "/" in line)
+    except OSError:  # no procfs: nothing to tell
+        return False
+
+
+def check_env_left_cuda_alone(env: str) -> None:
+    """After the runner built the env to read its spaces (`check_can_fork` passed before): refuse if that loaded
+    the CUDA driver in this process."""
+    if cuda_driver_loaded():
+        raise ForkError(f"building the env {env!r} to read its spaces loaded the CUDA driver in this process, and "
+                        f"forked workers cannot use CUDA; make the env factory leave CUDA alone until its first "
+                        f"reset (each worker builds its own envs), or set PYTORCH_NVML_BASED_CUDA_CHECK=1 if it "
+                        f"only calls torch.cuda.is_available()")
 
 
 def torch_threads_started(timeout: float = 10.0) -> bool:
@@ -90,7 +121,8 @@ def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]
     distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
     from asyncrl.runtime.runner import Runner
 
-    runner = Runner(cfg)
+    runner = Runner(cfg)  # builds the env once to read its spaces
+    check_env_left_cuda_alone(cfg.env)
     for line in scaling_lines(cfg):
         out(line, flush=True)
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "

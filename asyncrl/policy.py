@@ -48,6 +48,7 @@ class PolicyHead(nn.Module):
         self.spec = spec
         self.output_name = "logits" if spec.discrete or spec.multi_discrete else "action_mean"
         norm = model.obs_normalizer
+        device = module_device(model)  # every buffer beside the model's own weights: inputs are moved there
         self.dict_obs = model.dict_obs
         if self.dict_obs:  # Dict observations: {key: [N, ...]}; per vector key, its normaliser's statistics
             self.normalize = False
@@ -55,20 +56,24 @@ class PolicyHead(nn.Module):
             norms = dict(norm.items()) if norm is not None else {}
             self.normalized_keys = list(norms)
             for k, n in norms.items():
-                self.register_buffer(f"obs_mean_{k}", n.mean.float().clone())
-                self.register_buffer(f"obs_var_{k}", n.var.float().clone())
-            self.register_buffer("obs_mean", torch.zeros(1))  # where the device is read from
+                self.register_buffer(f"obs_mean_{k}", n.mean.float().clone().to(device))
+                self.register_buffer(f"obs_var_{k}", n.var.float().clone().to(device))
+            self.register_buffer("obs_mean", torch.zeros(1, device=device))  # the key every export format has
         else:
             self.normalize = norm is not None
             shape = norm.shape if norm is not None else (1,)
             # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
-            self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone())
-            self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone())
+            self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone()
+                                 .to(device))
+            self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone()
+                                 .to(device))
         if not (model.discrete or model.nvec):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
             box = spec.action_space  # not saved with the weights: the exported files describe the bounds
-            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32)), persistent=False)
-            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32)), persistent=False)
+            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32), device=device),
+                                 persistent=False)
+            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32), device=device),
+                                 persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.dict_obs:
@@ -134,6 +139,13 @@ class PolicyHead(nn.Module):
         return out
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """The device of a module's first parameter (of its first buffer when it has none; the CPU when neither)."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
 @dataclass
 class LoadedRun:
     model: nn.Module  # the published policy module (`build_policy` of the run's algo) with the checkpoint's weights
@@ -154,7 +166,7 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     if not os.path.isdir(run_dir):
         raise PolicyLoadError(f"no run directory {run_dir}")
     try:
-        path, state = read_checkpoint(run_dir, device, best, warn=lambda msg: None)
+        path, state = read_checkpoint(run_dir, best, warn=lambda msg: None)
     except CheckpointError as exc:
         raise PolicyLoadError(str(exc) if best else f"{exc}; train the run first (asyncrl-train)") from None
     try:
@@ -168,19 +180,20 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     return restore_policy(state, path, spec, device)
 
 
-def read_checkpoint(run_dir: str, device: str, best: bool, warn) -> tuple[str, dict[str, Any]]:
+def read_checkpoint(run_dir: str, best: bool, warn) -> tuple[str, dict[str, Any]]:
     """(path, state) of the run's newest good checkpoint, or of checkpoints/best.pt with `best`; CheckpointError
-    (one line, what to do) when there is none."""
+    (one line, what to do) when there is none. Read on the CPU, whatever device the run trained on:
+    `restore_policy` places the weights on its `device`."""
     from asyncrl.runtime.best_checkpoint import best_path, load_best
     from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
 
     if not best:
-        return load_latest_checkpoint(run_dir, map_location=device, warn=warn)
+        return load_latest_checkpoint(run_dir, map_location="cpu", warn=warn)
     path = best_path(run_dir)
     if not os.path.exists(path):
         raise CheckpointError(f"no {path}: it is written by a run trained with --eval-every")
     try:
-        return path, load_best(run_dir, map_location=device)
+        return path, load_best(run_dir, map_location="cpu")
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"cannot read {path} ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
 
@@ -203,7 +216,7 @@ def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str 
         raise PolicyLoadError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}"
                               ) from None
     policy.eval()
-    head = published.policy_head(policy, spec)
+    head = published.policy_head(policy, spec).to(device)  # the head's own buffers go where the policy is
     return LoadedRun(policy, head.eval(), spec, config, path, state["learner"].get("version"))
 
 
@@ -240,7 +253,7 @@ class Policy(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return next(self.head.buffers()).device
+        return module_device(self.head)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head's output for a batch of raw observations (what `asyncrl-export` writes): logits or

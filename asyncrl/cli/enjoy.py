@@ -43,6 +43,7 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
 
     from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
     from asyncrl.models.obs import obs_from_numpy
+    from asyncrl.policy import module_device
 
     spec = env.spec
     obs = obs_zeros(spec, 1)
@@ -54,7 +55,7 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
         screens.reset(args.seed)
         if screens.note:
             print(f"asyncrl-enjoy: {screens.note}")
-    device = next(head.buffers()).device
+    device = module_device(head)
     scores, frames, steps, score = [], [], 0, 0.0
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
@@ -122,7 +123,7 @@ def load(args: argparse.Namespace):
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise RunDirError("--device cuda: no CUDA device is available; use --device cpu")
     try:
-        path, state = read_checkpoint(args.run_dir, device, args.best,
+        path, state = read_checkpoint(args.run_dir, args.best,
                                       warn=lambda msg: print(f"asyncrl-enjoy: {msg}", file=sys.stderr))
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None

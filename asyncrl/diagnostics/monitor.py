@@ -41,7 +41,7 @@ class RunMonitor:
                                      q_divergence_min_updates=critic_settle_updates(cfg.gamma, cfg.tau))
         self.processes = ProcessSampler()
         psutil.cpu_percent(None)  # start the machine-wide CPU clock
-        self.gpu = GpuSampler(enabled=cfg.device != "cpu")
+        self.gpu = GpuSampler(enabled=cfg.device != "cpu", device=cfg.device)  # this run's GPU only
         self._queue_sums: dict[str, float] = {}
         self._queue_samples = 0
         self._early: list[dict[str, Any]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -64,21 +65,45 @@ def summarize(procs: Mapping[str, Mapping[str, float | None]]) -> dict[str, floa
     return out
 
 
+def gpu_ids(device: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The nvidia-smi ids of the GPU a run's `--device` uses (`cuda:N` or `cuda`/`auto`: CUDA device N or 0),
+    through CUDA_VISIBLE_DEVICES where it is set (its N-th entry, an index or a UUID); [] for the CPU or when
+    no GPU is visible. nvidia-smi numbers GPUs in PCI order, as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID
+    (and, by default, on machines with identical GPUs)."""
+    if device == "cpu":
+        return []
+    index = int(device.split(":", 1)[1]) if device.startswith("cuda:") else 0
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(index)]
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    return [entries[index]] if index < len(entries) else []
+
+
 class GpuSampler:
-    """`nvidia-smi --query-gpu` when the binary exists; disables itself after the first failure."""
+    """`nvidia-smi --query-gpu` when the binary exists; disables itself after the first failure.
+
+    With `device` (the run's `--device`), only the GPU that device is (`gpu_ids`), so a run on one GPU of a
+    shared machine reports its own utilisation; without it, every GPU.
+    """
 
     QUERY = "utilization.gpu,memory.used,memory.total"
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.binary = shutil.which("nvidia-smi") if enabled else None
+    def __init__(self, enabled: bool = True, device: str | None = None) -> None:
+        self.ids = gpu_ids(device) if device is not None else None
+        self.binary = shutil.which("nvidia-smi") if enabled and self.ids != [] else None
+
+    def command(self) -> list[str]:
+        ids = [f"--id={','.join(self.ids)}"] if self.ids else []
+        return [str(self.binary), f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits", *ids]
 
     def sample(self) -> dict[str, float]:
-        """{"gpu_util", "gpu_mem_mb", "gpu_mem_total_mb"} averaged/summed over GPUs, or {} without one."""
+        """{"gpu_util", "gpu_mem_mb", "gpu_mem_total_mb"} averaged/summed over the GPUs sampled, or {}."""
         if self.binary is None:
             return {}
         try:
-            out = subprocess.run([self.binary, f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=5, check=True).stdout
+            out = subprocess.run(self.command(), capture_output=True, text=True, timeout=5, check=True).stdout
             rows = [[float(x) for x in line.split(",")] for line in out.strip().splitlines() if line.strip()]
         except (OSError, subprocess.SubprocessError, ValueError):
             self.binary = None

@@ -53,7 +53,8 @@ class APPOLearner:
         self.value_transform = ValueTransform(cfg.value_transform)  # --value-transform symlog: head predicts symlog(V)
         # --normalize-returns: rewards divided by a running RMS of the V-trace targets (pooled across ranks by
         # runtime/distributed.py, which looks for this attribute).
-        self.return_normalizer = ReturnNormalizer() if cfg.normalize_returns else None
+        # On the learner's device, beside the observation normaliser: the ranks pool both in one vector.
+        self.return_normalizer = ReturnNormalizer().to(device) if cfg.normalize_returns else None
         self.version = 0
         self.lr = cfg.lr  # the kl schedule's current rate
         self.samples_trained = 0

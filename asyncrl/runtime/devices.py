@@ -14,3 +14,14 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def configure_cuda_backends(device: torch.device, deterministic: bool = False) -> None:
+    """On CUDA: cuDNN's autotuner (fixed batch shapes: the fastest convolution algorithm is found once) and TF32
+    for float32 matmuls and convolutions, unless --deterministic (the autotuner's pick may differ between
+    runs). Nothing on other devices."""
+    if device.type != "cuda":
+        return
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True

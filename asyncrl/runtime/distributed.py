@@ -47,6 +47,7 @@ JOIN_TIMEOUT_S = 180.0  # joining waits for every rank's learner to start (impor
 WAIT_FOR_STOP_S = 30.0
 CHECKSUMS_ENV = "ASYNCRL_DIST_CHECKSUMS"  # set to 1: each learner appends its parameter checksum per update
 CHECKSUMS_FILE = "param_checksums.jsonl"
+RNG_KEYS = ("torch_rng", "cuda_rng", "numpy_rng", "python_rng")  # each rank keeps its own generators
 STOP_CODES = {"frames": 1, "seconds": 2}  # any other reason (a signal) is 3
 STOP_NAMES = {1: "frames", 2: "seconds", 3: "signal"}
 
@@ -104,7 +105,8 @@ _GROUP: _Group | None = None
 
 # ----- runner side (no torch) -----
 def configure(cfg: Config) -> RankInfo | None:
-    """Under torchrun: adapt `cfg` to this rank (seed, device, run dir, learner threads) and say so.
+    """Under torchrun: adapt `cfg` to this rank (seed, device, run dir) and say so. The defaults of --workers and
+    --learner-threads divide the node's usable cores by its ranks themselves (`asyncrl.runtime.cpus`).
 
     Called by the CLI before the runner starts; returns None (and changes nothing) otherwise.
     """
@@ -117,8 +119,6 @@ def configure(cfg: Config) -> RankInfo | None:
     leader_dir = cfg.run_dir
     cfg.seed += SEED_STRIDE * info.rank
     cfg.device = rank_device(cfg.device, info.local_rank)
-    if not cfg.learner_threads:  # the node's cores are shared by its ranks
-        cfg.learner_threads = max(1, (os.cpu_count() or 1) // max(info.local_world_size, 1) - cfg.policy_workers)
     if info.rank:
         cfg.experiment = f"{cfg.experiment_name}/rank{info.rank}"
         cfg.resume = False  # rank 0 loads the checkpoint and broadcasts it
@@ -296,6 +296,7 @@ def join_group(learner: Any, channels: Any) -> None:
     info, device = rank.info, learner.device
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        nccl_error_environment(os.environ)
     try:
         join_timeout = timedelta(seconds=max(JOIN_TIMEOUT_S, rank.timeout))
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method="env://", rank=info.rank,
@@ -309,6 +310,25 @@ def join_group(learner: Any, channels: Any) -> None:
     if info.rank:
         learner.load_state_dict(state[0])
     _GROUP = _Group(rank, learner, channels, dist, torch)
+
+
+NCCL_ERROR_ENV = {
+    # The learner's all_reduce then waits for the collective on the CPU and raises on an error or after
+    # --dist-timeout, so `_Group._lost` names the missing rank; without it the call returns at once and NCCL's
+    # watchdog ends the process from another thread, past any handler.
+    "TORCH_NCCL_BLOCKING_WAIT": "1",
+    # 2 (clean up only): on an error the watchdog aborts the communicators, which wakes the blocked wait with the
+    # exception, and leaves the process alive (the default, 3, tears it down without a message of ours).
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
+}
+
+
+def nccl_error_environment(environ: dict[str, str]) -> dict[str, str]:
+    """Set (where the user has not) the NCCL variables that make a failed collective raise in the learner;
+    read when the process group is created. Returns what it set."""
+    added = {k: v for k, v in NCCL_ERROR_ENV.items() if k not in environ}
+    environ.update(added)
+    return added
 
 
 def sync_gradients(model: Any, loss: Any) -> None:
@@ -499,7 +519,7 @@ class _Group:
 def _portable(obj: Any) -> Any:
     """The learner state without RNG states (each rank keeps its own), tensors on the CPU."""
     if isinstance(obj, dict):
-        return {k: _portable(v) for k, v in obj.items() if k not in ("torch_rng", "numpy_rng", "python_rng")}
+        return {k: _portable(v) for k, v in obj.items() if k not in RNG_KEYS}
     if isinstance(obj, list | tuple):
         return type(obj)(_portable(v) for v in obj)
     return obj.cpu() if hasattr(obj, "cpu") else obj

@@ -8,7 +8,6 @@ What an update does is the learner's own business (`asyncrl.learners`); this fil
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -24,7 +23,8 @@ from asyncrl.models.obs import obs_tensors
 from asyncrl.runtime import distributed
 from asyncrl.runtime.channels import Channels, Empty, Full, report
 from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
-from asyncrl.runtime.devices import resolve_device
+from asyncrl.runtime.cpus import default_learner_threads
+from asyncrl.runtime.devices import configure_cuda_backends, resolve_device
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.seeding import make_deterministic, seed_learner, write_initial_weights_checksum
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
@@ -51,22 +51,34 @@ class WeightsPublisher:
         self.weights.publish(self.staging.numpy(), version)
 
 
-def learner_threads(cfg: Config) -> int:
+def learner_threads(cfg: Config, device: torch.device) -> int:
+    """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.cpus`)."""
     if cfg.deterministic:
         return 1
     if cfg.learner_threads:
         return cfg.learner_threads
-    return max(1, (os.cpu_count() or 1) - cfg.policy_workers)
+    return default_learner_threads(device.type, cfg.policy_workers)
+
+
+def read_resume_state(run_dir: str, warn) -> tuple[str, dict]:
+    """(path, state) of the newest good checkpoint, loaded on the CPU whatever the learner's device.
+
+    `load_state_dict` then places each tensor: weights and Adam's moments on the parameters' device, Adam's
+    `step` counters on the CPU (where a non-capturable Adam keeps them), and the RNG states stay the CPU byte
+    tensors `torch.set_rng_state` takes. Mapping the checkpoint onto a GPU would move all of them there.
+    """
+    return load_latest_checkpoint(run_dir, map_location="cpu", set_aside=True, warn=warn)
 
 
 def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
                 channels: Channels) -> None:
     init_child("asyncrl-learner")
-    torch.set_num_threads(learner_threads(cfg))
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(learner_threads(cfg, device))
     if cfg.deterministic:
         make_deterministic()
+    configure_cuda_backends(device, cfg.deterministic)
     seed_learner(cfg.seed)  # initial weights and minibatch order (a resume restores the saved generators)
-    device = resolve_device(cfg.device)
     learner = make_learner(cfg, spec, device)
     learner.sync_gradients = distributed.sync_gradients  # data-parallel hook (torchrun): average over the ranks
     learner.agree_updates = distributed.agree_min  # off-policy learners: the same update count on every rank
@@ -74,9 +86,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     run_state: dict = {}  # the runner's counters (elapsed time, episodes, restarts), kept with each checkpoint
     if cfg.resume:
         try:
-            path, state = load_latest_checkpoint(
-                cfg.run_dir, map_location=device, set_aside=True,
-                warn=lambda msg: report(channels, "warning", 0, {"message": msg}))
+            path, state = read_resume_state(cfg.run_dir, lambda msg: report(channels, "warning", 0, {"message": msg}))
         except CheckpointError as exc:
             return _fatal(channels, {"message": str(exc), "hint": False})
         try:
@@ -123,7 +133,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     k = cfg.trajectories_per_batch
     collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
     pending: list[int] = []
-    t_wait = 0.0
+    t_wait, fed = 0.0, False
     while True:
         beat[0] = time.monotonic()
         command = _next_command(channels)
@@ -139,9 +149,10 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
         try:
             pending.extend(channels.full.get_many(timeout=0.05, max_messages_to_get=k - len(pending)))
         except Empty:
-            t_wait += time.monotonic() - t0
+            t_wait += (time.monotonic() - t0) if fed else 0.0  # before the first trajectory: start-up, not a stage
             continue
-        t_wait += time.monotonic() - t0
+        t_wait += (time.monotonic() - t0) if fed else 0.0
+        fed = True
         if len(pending) < k:
             continue
         if not cfg.train:  # sampling-only run: recycle the trajectories untouched
