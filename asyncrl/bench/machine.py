@@ -36,12 +36,22 @@ def load_average() -> list[float]:
 
 
 def device_name() -> str:
-    """What `--device auto` resolves to. Imports torch, so call it after forking any workers."""
+    """The machine's first CUDA device (`cuda (NAME)`), or `none`. Imports torch, so call it after forking any
+    workers. Each record's own `device` says where its models ran."""
     import torch
 
     if torch.cuda.is_available():
         return f"cuda ({torch.cuda.get_device_name(0)})"
-    return "cpu"
+    return "none"
+
+
+def resolve_bench_device(name: str) -> str:
+    """`auto` as asyncrl-train resolves it (cuda when present), else `name`."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def machine_info(with_device: bool = True) -> dict[str, Any]:

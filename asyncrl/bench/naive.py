@@ -6,7 +6,9 @@ then run `epochs` x `minibatches` PPO updates on the batch, with the same model,
 as asyncrl. The env processes sit idle while the policy runs, so torch may use every core; as a careful user
 would, the loop times 1 thread against all cores for inference and for training during warm-up and keeps the
 faster of each (small inference batches often run faster on one thread, and so does anything on a busy machine).
-Atari uses gymnasium's ALE envs with the standard wrappers.
+Atari uses gymnasium's ALE envs with the standard wrappers. The model runs on the bench's `--device` (as
+asyncrl's rows do); the rollout storage stays on the CPU and each step's observations and each minibatch are
+copied to the device, as asyncrl's policy workers and learner copy theirs.
 """
 
 from __future__ import annotations
@@ -77,10 +79,13 @@ class NaivePPO:
                  gae_lambda: float = 0.95):
         import torch
 
+        from asyncrl.bench.machine import resolve_bench_device
         from asyncrl.models.actor_critic import build_model
-        from asyncrl.runtime.devices import resolve_precision
+        from asyncrl.runtime.devices import configure_cuda_backends, resolve_precision
 
         self.torch, self.envs, self.spec, self.s = torch, envs, spec, s
+        self.device = torch.device(resolve_bench_device(s.device))
+        configure_cuda_backends(self.device)
         self.cfg = Config(env=s.env, batch_size=s.batch_size, minibatches=s.minibatches, epochs=s.epochs)
         self.gae_lambda = gae_lambda
         self.n = envs.num_envs
@@ -90,11 +95,11 @@ class NaivePPO:
         if s.batch_size % s.minibatches:
             raise ValueError(f"--minibatches {s.minibatches} must divide --batch-size {s.batch_size}")
         torch.manual_seed(seed)
-        self.model = build_model(spec, s.hidden_size)
+        self.model = build_model(spec, s.hidden_size).to(self.device)
         image = len(spec.obs_shape) == 3  # the same numerics as asyncrl: NHWC convolutions, bf16 where it pays
         if image:
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.model.compute_dtype = resolve_precision("auto", torch.device("cpu"), image)
+        self.model.compute_dtype = resolve_precision("auto", self.device, image)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, eps=self.cfg.adam_eps)
         self.clip_rewards = spec.frameskip > 1  # Atari: train on the sign of the reward
         dtype = torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32
@@ -113,15 +118,18 @@ class NaivePPO:
         """Pick the faster torch thread count for inference and for training (a warm-up step)."""
         torch, model = self.torch, self.model
         mb = self.obs[:-1].reshape(-1, *self.spec.obs_shape)[: self.s.batch_size // self.s.minibatches]
+        mb = mb.to(self.device)
 
         def infer() -> None:
             with torch.inference_mode():
-                model(self.obs[0])
+                model(self.obs[0].to(self.device))[0].cpu()  # .cpu(): waits for a GPU, as acting does
 
         def train() -> None:
             policy_out, values = model(mb)
             (policy_out.sum() + values.sum()).backward()
             model.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
 
         for stage, fn, reps in (("inference", infer, 20), ("training", train, 2)):
             self.threads[stage] = min(candidates, key=lambda n: _time_per_call(torch, n, fn, reps))
@@ -142,12 +150,14 @@ class NaivePPO:
         with torch.inference_mode():
             for t in range(self.t):
                 t0 = time.monotonic()
-                logits, value = model(self.obs[t])
+                logits, value = model(self.obs[t].to(self.device))
                 logp_all = torch.log_softmax(logits, dim=-1)
                 action = (logp_all - torch.empty_like(logp_all).exponential_().log_()).argmax(dim=-1)  # Gumbel
+                logp = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+                action = action.cpu()
                 self.actions[t] = action
-                self.logp[t] = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-                self.values[t] = value
+                self.logp[t] = logp.cpu()
+                self.values[t] = value.cpu()
                 t1 = time.monotonic()
                 obs, reward, terminated, truncated, _ = self.envs.step(action.numpy())
                 self.obs[t + 1].copy_(torch.from_numpy(obs))
@@ -157,7 +167,7 @@ class NaivePPO:
                 times["inference"] += t1 - t0
                 times["env"] += t2 - t1
             t0 = time.monotonic()
-            self.values[self.t] = model(self.obs[self.t])[1]
+            self.values[self.t] = model(self.obs[self.t].to(self.device))[1].cpu()
             times["inference"] += time.monotonic() - t0
 
     def _advantages(self):
@@ -178,13 +188,13 @@ class NaivePPO:
         torch, cfg, model = self.torch, self.cfg, self.model
         torch.set_num_threads(self.threads["training"])
         adv, returns = self._advantages()
-        b = self.t * self.n
-        obs = self.obs[:-1].reshape(b, *self.spec.obs_shape)
-        actions, old_logp = self.actions.reshape(b), self.logp.reshape(b)
-        adv, returns = adv.reshape(b), returns.reshape(b)
+        b, dev = self.t * self.n, self.device
+        obs = self.obs[:-1].reshape(b, *self.spec.obs_shape).to(dev)
+        actions, old_logp = self.actions.reshape(b).to(dev), self.logp.reshape(b).to(dev)
+        adv, returns = adv.reshape(b).to(dev), returns.reshape(b).to(dev)
         size = b // cfg.minibatches
         for _ in range(cfg.epochs):
-            perm = torch.randperm(b)
+            perm = torch.randperm(b, device=dev)
             for start in range(0, b, size):
                 idx = perm[start:start + size]
                 logits, values = model(obs[idx])

@@ -17,19 +17,19 @@ def layout(r: dict[str, Any]) -> str:
 
 def throughput_table(records: list[dict[str, Any]]) -> list[str]:
     lines = ["| env | mode | workers x envs | agent steps/s | frames/s | windows (min-max) | limited by | CPU used "
-             "| load |", "|---|---|---|---:|---:|---|---|---:|---:|"]
+             "| load | device |", "|---|---|---|---:|---:|---|---|---:|---:|---|"]
     for r in records:
         if r.get("scaling") or r["mode"] == "replay":
             continue
         if r.get("error"):
-            lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | |")
+            lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | | |")
             continue
         spread = f"{_num(r['sps_min'])}-{_num(r['sps_max'])} ({r['repeats']} x {r['window_s']:g} s)"
         cpu = (r.get("stages") or {}).get("cpu_run")
         load = (r.get("machine") or {}).get("load_avg") or [None]
         used = "-" if cpu is None else f"{cpu:.0f}%"
         lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
-                     f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} |")
+                     f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} | {r.get('device') or '-'} |")
     return lines
 
 
@@ -94,7 +94,8 @@ def replay_table(records: list[dict[str, Any]]) -> list[str]:
 
 
 NOTES = ("CPU used: share of all cores the benchmark's own processes used while measuring; load: the machine's "
-         "1-minute load average when the figure was taken (runnable processes of all users).")
+         "1-minute load average when the figure was taken (runnable processes of all users); device: where that "
+         "row's models ran (env_only and replay have none: cpu). Trainers are compared only on the same device.")
 
 
 def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes: list[str] | None = None) -> str:
@@ -103,7 +104,7 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes:
     cpus = machine.get("cpu_count", 0)
     busy = bool(load) and cpus and load[0] > 0.5 * cpus
     lines = [f"Machine: {cpus} cores ({machine.get('cpu_model', '?')}), {machine.get('memory_gib', '?')} GiB, "
-             f"torch {machine.get('torch', '?')}, device {machine.get('device', '?')}; load average before the "
+             f"torch {machine.get('torch', '?')}, GPU {machine.get('device', '?')}; load average before the "
              f"run {', '.join(str(x) for x in load) or '?'}" + (" -- MEASURED UNDER LOAD" if busy else ""),
              "", *throughput_table(records), "", NOTES, *(f"Not measured: {n}" for n in notes or []), "",
              *ratio_table(ratios), ""]

@@ -64,9 +64,16 @@ def window_fps(marks: list[tuple[float, int]]) -> list[float]:
     return [(f1 - f0) / (t1 - t0) for (t0, f0), (t1, f1) in zip(marks, marks[1:]) if t1 > t0]
 
 
+def sf2_device(device: str) -> str:
+    """Sample Factory's `--device` (gpu or cpu) for the bench's: the same device as asyncrl's row."""
+    from asyncrl.bench.machine import resolve_bench_device
+
+    return "gpu" if resolve_bench_device(device).startswith("cuda") else "cpu"
+
+
 def sf2_command(python: str, s: BenchSettings, train_dir: str) -> list[str]:
     return [python, "-m", "sf_examples.vizdoom.train_vizdoom", f"--env={s.env}", "--experiment=bench",
-            f"--train_dir={train_dir}", "--device=cpu", f"--num_workers={s.workers}",
+            f"--train_dir={train_dir}", f"--device={sf2_device(s.device)}", f"--num_workers={s.workers}",
             f"--num_envs_per_worker={s.envs_per_worker}", f"--worker_num_splits={s.worker_splits}",
             f"--rollout={s.rollout}", f"--batch_size={s.batch_size // s.minibatches}",  # its minibatch
             f"--num_batches_per_epoch={s.minibatches}", f"--num_epochs={s.epochs}", "--with_wandb=False",

@@ -53,6 +53,7 @@ class BenchSettings:
     replay_capacity: int = REPLAY_CAPACITY  # replay mode only
     replay_fill_gib: float = REPLAY_FILL_GIB  # replay mode only
     sf2_python: str = ""  # sf2_train mode only: a Python with sample-factory and vizdoom installed
+    device: str = "auto"  # where the models run, for asyncrl, the naive loop and Sample Factory alike
 
     @property
     def window_s(self) -> float:
@@ -67,12 +68,20 @@ class BenchSettings:
         env = mode if mode in ("null", "replay") else changes.pop("env", self.env)
         return replace(self, mode=mode, env=env, **changes)
 
+    @property
+    def trainer_device(self) -> str:
+        """The `--device` asyncrl-train gets: the last one after `--`, else `device`."""
+        extra = list(self.extra_trainer_args)
+        flags = [extra[i + 1] for i, a in enumerate(extra[:-1]) if a == "--device"]
+        flags += [a.split("=", 1)[1] for a in extra if a.startswith("--device=")]
+        return flags[-1] if flags else self.device
+
     def trainer_args(self) -> list[str]:
         """`asyncrl-train` flags for this layout (sampler, null and train modes)."""
         args = [
             "--env", self.env, "--workers", str(self.workers), "--envs-per-worker", str(self.envs_per_worker),
             "--worker-splits", str(self.worker_splits), "--rollout", str(self.rollout),
             "--batch-size", str(self.batch_size), "--minibatches", str(self.minibatches),
-            "--epochs", str(self.epochs), "--hidden-size", str(self.hidden_size),
+            "--epochs", str(self.epochs), "--hidden-size", str(self.hidden_size), "--device", self.device,
         ]
         return [*args, "--train" if self.mode == "train" else "--no-train", *self.extra_trainer_args]

@@ -110,6 +110,7 @@ def command(s: BenchSettings) -> list[str]:
             "--epochs", str(s.epochs), "--hidden-size", str(s.hidden_size),
             "--seconds", str(s.seconds), "--repeats", str(s.repeats),
             "--replay-capacity", str(s.replay_capacity), "--replay-fill-gib", str(s.replay_fill_gib),
+            "--device", s.device,
             *(["--sf2-python", s.sf2_python] if s.sf2_python else []),
             *(["--", *s.extra_trainer_args] if s.extra_trainer_args else [])]
 
@@ -155,6 +156,13 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
     return round(a["sps"] / b["sps"], 3) if a and b and b["sps"] else None
 
 
+def same_device_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    """`ratio` for two trainers: only when their models ran on the same device (like with like)."""
+    if a and b and a.get("device", "cpu") != b.get("device", "cpu"):
+        return None
+    return ratio(a, b)
+
+
 def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
     row per env."""
@@ -162,8 +170,8 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay", "sf2_train")):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
-               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": ratio(train, naive),
-               "asyncrl_over_sf2": ratio(train, find(records, env, "sf2_train"))}
+               "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": same_device_ratio(train, naive),
+               "asyncrl_over_sf2": same_device_ratio(train, find(records, env, "sf2_train"))}
         if sampler:
             sampler["sampler_over_env_only"] = row["sampler_over_env_only"]
         if train:

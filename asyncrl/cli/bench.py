@@ -20,6 +20,7 @@ from asyncrl.bench.settings import (
     REPLAY_CAPACITY,
     REPLAY_FILL_GIB,
     REPLAY_SECONDS,
+    TRAINER_MODES,
     BenchSettings,
 )
 
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sf2-python", default="", metavar="PATH",
                    help="a Python with sample-factory and vizdoom (its own venv): the suite then also runs "
                         "Sample Factory 2 training each doom_ env (mode sf2_train)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the models run, the same for asyncrl, the naive loop and Sample Factory so that "
+                        "their rows compare like with like; each record names its device (default auto: cuda "
+                        "when present)")
     p.add_argument("--out", default=os.path.join("bench", "results.json"), help="suite records (JSON list)")
     return p
 
@@ -85,12 +90,13 @@ def settings_from(args: argparse.Namespace, trainer_args: list[str]) -> BenchSet
         minibatches=args.minibatches, epochs=args.epochs, hidden_size=args.hidden_size,
         seconds=args.seconds or (REPLAY_SECONDS if mode == "replay" else 15.0), repeats=args.repeats or 3,
         extra_trainer_args=tuple(trainer_args), sf2_python=args.sf2_python,
-        replay_capacity=args.replay_capacity, replay_fill_gib=args.replay_fill_gib or REPLAY_FILL_GIB)
+        replay_capacity=args.replay_capacity, replay_fill_gib=args.replay_fill_gib or REPLAY_FILL_GIB,
+        device=args.device)
 
 
 def run_mode(s: BenchSettings) -> dict[str, Any]:
     """One measurement in this process; the machine is described after any workers were forked."""
-    from asyncrl.bench.machine import machine_info
+    from asyncrl.bench.machine import machine_info, resolve_bench_device
 
     if s.mode == "env_only":
         from asyncrl.bench.env_only import run_env_only as run
@@ -103,6 +109,10 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
     else:
         from asyncrl.bench.trainer import run_trainer as run
     record = run(s)
+    if s.mode in ("env_only", "replay"):  # no model: all on the CPU
+        record["device"] = "cpu"
+    else:
+        record["device"] = resolve_bench_device(s.trainer_device if s.mode in TRAINER_MODES else s.device)
     record["machine"] = machine_info()
     return record
 
