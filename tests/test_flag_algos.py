@@ -76,3 +76,11 @@ def test_command_line_refusal_is_one_line_with_exit_code_2() -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "asyncrl-train: error: --normalize-obs applies to --algo appo only, not sac; drop it"]
+
+
+def test_bench_refuses_quick_with_a_single_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    from asyncrl.cli.bench import main
+
+    assert main(["--mode", "replay", "--quick"]) == 2
+    assert capsys.readouterr().err.strip() == ("asyncrl-bench: error: --quick picks the short suite and does nothing "
+                                               "with --mode; give --seconds and --repeats instead")

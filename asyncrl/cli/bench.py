@@ -146,6 +146,10 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     own, trainer_args = split_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(own)
+    if args.quick and args.mode:
+        print("asyncrl-bench: error: --quick picks the short suite and does nothing with --mode; give --seconds and "
+              "--repeats instead", file=sys.stderr)
+        return 2
     if args.repeats is not None and args.repeats < 3:
         print("asyncrl-bench: error: --repeats must be at least 3", file=sys.stderr)
         return 2
