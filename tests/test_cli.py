@@ -1,19 +1,46 @@
-"""`asyncrl-train` as a user runs it: bad input is one line on stderr, exit code 2, and nothing half-written."""
+"""`asyncrl-train` as a user runs it: bad input is one line on stderr, exit code 2, and nothing half-written.
+
+The error paths call the command's `main(argv)` in this process (what the console script runs, with its exit
+code and stderr captured); one test runs the installed `asyncrl-train` itself to show the same from outside.
+"""
 
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+
+from asyncrl.cli import train
 
 # Settings that would start quickly if they were valid; each test breaks exactly one thing.
 FAST = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
         "--minibatches", "1", "--seconds", "5"]
 
 
-def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+@dataclass
+class Result:
+    """What a command left: its exit code and its output (as `subprocess.CompletedProcess` has them)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def main_in_process(args: list[str], train_dir: Path, capsys: pytest.CaptureFixture[str]) -> Result:
+    """`asyncrl-train ARGS --train-dir TRAIN_DIR` as `main(argv)` here; argparse's exits become the exit code."""
+    capsys.readouterr()  # start from empty captures
+    try:
+        code = train.main([*args, "--train-dir", str(train_dir)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return Result(code, out.out, out.err)
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str] | Result, *fragments: str) -> str:
     """Exit code 2 and exactly one line on stderr, with every fragment in it and no traceback."""
     assert result.returncode == 2, f"exit code {result.returncode}; stderr:\n{result.stderr}"
     lines = result.stderr.strip().splitlines()
@@ -25,7 +52,7 @@ def assert_user_error(result: subprocess.CompletedProcess[str], *fragments: str)
 
 
 def test_unknown_env_names_a_close_match(tmp_path: Path) -> None:
-    result = run_cli([*FAST, "--env", "CartPol-v1"], tmp_path)
+    result = run_cli([*FAST, "--env", "CartPol-v1"], tmp_path)  # the installed console script, in its own process
     assert_user_error(result, "unknown env 'CartPol-v1'", "did you mean", "CartPole-v1")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
@@ -35,8 +62,8 @@ def suggestions(line: str) -> list[str]:
     return line.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
 
 
-def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
-    result = run_cli([*FAST, "--env", "atari_pongg"], tmp_path)
+def test_unknown_atari_game_names_the_rom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = main_in_process([*FAST, "--env", "atari_pongg"], tmp_path, capsys)
     line = assert_user_error(result, "unknown env 'atari_pongg'", "did you mean: ")
     assert "atari_pong" in suggestions(line), line
 
@@ -53,34 +80,35 @@ def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
     (["--batch-size", "20"], "must be a multiple of rollout x envs per split"),
     (["--minibatches", "3", "--batch-size", "32"], "--minibatches 3 must divide"),
 ])
-def test_invalid_settings_exit_2_before_creating_anything(tmp_path: Path, flags: list[str], expected: str) -> None:
+def test_invalid_settings_exit_2_before_creating_anything(tmp_path: Path, flags: list[str], expected: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     train_dir = tmp_path / "runs"
-    result = run_cli([*FAST, *flags], train_dir)
+    result = main_in_process([*FAST, *flags], train_dir, capsys)
     assert_user_error(result, expected)
     assert not train_dir.exists(), "a rejected run must not create its train dir"
 
 
-def test_resume_with_nothing_to_resume(tmp_path: Path) -> None:
+def test_resume_with_nothing_to_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train_dir = tmp_path / "runs"
-    result = run_cli([*FAST, "--resume", "--experiment", "nothing"], train_dir)
+    result = main_in_process([*FAST, "--resume", "--experiment", "nothing"], train_dir, capsys)
     assert_user_error(result, "--resume", "no checkpoint", "nothing")
     assert not (train_dir / "nothing").exists()
 
 
-def test_unwritable_train_dir(tmp_path: Path) -> None:
+def test_unwritable_train_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    result = run_cli(FAST, blocker / "runs")
+    result = main_in_process(FAST, blocker / "runs", capsys)
     assert_user_error(result, "cannot write to train dir", "--train-dir")
     assert blocker.read_text() == "not a directory"
 
 
-def test_existing_experiment_needs_resume(tmp_path: Path) -> None:
+def test_existing_experiment_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "CartPole-v1"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text('{"frames": 123}\n')
     (run_dir / "config.json").write_text("{}")
-    result = run_cli(FAST, tmp_path)
+    result = main_in_process(FAST, tmp_path, capsys)
     assert_user_error(result, "already exists", "--resume", "--experiment")
     # The earlier run's files are left exactly as they were.
     assert (run_dir / "metrics.jsonl").read_text() == '{"frames": 123}\n'
@@ -88,12 +116,12 @@ def test_existing_experiment_needs_resume(tmp_path: Path) -> None:
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.jsonl"]
 
 
-def test_help_lists_every_config_flag(tmp_path: Path) -> None:
+def test_help_lists_every_config_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import dataclasses
 
     from asyncrl.config import Config
 
-    result = run_cli(["--help"], tmp_path)
+    result = main_in_process(["--help"], tmp_path, capsys)
     assert result.returncode == 0
     for f in dataclasses.fields(Config):
         if f.metadata.get("cli", True):  # lr_base is recorded in config.json, not given
