@@ -36,7 +36,7 @@ class TrainResult:
     run_dir: str
     metrics: dict[str, Any]  # the last metrics.jsonl record ({} if the run wrote none)
     exit_code: int
-    stop_reason: str | None  # "frames", "seconds", "SIGINT" or "SIGTERM"
+    stop_reason: str | None  # "frames", "seconds", "SIGINT", "SIGTERM" or "SIGHUP"
     config: Config
 
 
