@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, parse_rows, summarize
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
+from asyncrl.runtime.schedstat import run_queue_delay_s
 
 
 def fractions(env=None, infer=None, lwait=None, copy=None, train=None) -> dict:
@@ -62,6 +64,47 @@ def test_classify_needs_timings_and_quotes_context() -> None:
     assert "GPU 12% busy" in reason and "other jobs" in reason
     quiet = {**busy, "cpu_system": 40.0}
     assert "other jobs" not in classify(quiet).reason
+
+
+def test_workers_waiting_for_a_core_behind_other_jobs_are_cpu_starved_not_transfer_bound() -> None:
+    waiting = fractions(env=0.10, infer=0.10, lwait=0.70, copy=0.0, train=0.30)
+    starved = {**waiting, "rollout_runq_frac": 0.15, "policy_runq_frac": 0.35, "cpu_system": 100.0, "cpu_run": 11.0}
+    verdict = classify(starved)
+    assert verdict.kind == "starved" and verdict.remedy == REMEDIES["starved"]
+    assert "policy workers 35%" in verdict.reason and "other jobs use 89%" in verdict.reason
+    assert verdict.line().startswith("bottleneck: CPU-starved (")
+    # The run's own processes queueing for the cores is its own load; a short run-queue delay is no starvation.
+    assert classify({**starved, "cpu_run": 90.0}).kind == "transfer"
+    assert classify({**starved, "rollout_runq_frac": 0.05, "policy_runq_frac": 0.05}).kind == "transfer"
+    assert classify(waiting).kind == "transfer"  # no schedstat (another kernel): as before
+    # A busy stage still names itself, with the starvation as evidence.
+    env_bound = {**starved, "rollout_env_frac": 0.9, "rollout_wait_frac": 0.05}
+    assert classify(env_bound).kind == "env" and "waiting for a core" in classify(env_bound).reason
+
+
+def test_run_queue_delay_grows_while_another_process_holds_the_core() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        os.sched_setaffinity(0, {cpu})
+        time.sleep(0.3)  # let the hog start spinning on the same core
+        start, t0 = run_queue_delay_s(), time.monotonic()
+        while time.monotonic() - t0 < 0.5:  # runnable all along, sharing one core with the hog
+            pass
+        waited = run_queue_delay_s() - start
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+    assert 0.1 < waited < 0.6, waited  # about half of the 0.5 s, given a fair scheduler
+
+
+def test_run_queue_delay_is_the_second_schedstat_field(tmp_path) -> None:
+    path = tmp_path / "schedstat"
+    path.write_text("111000000 222000000 3\n")  # on-CPU ns, run-queue ns, timeslices
+    assert run_queue_delay_s(str(path)) == 0.222
+    assert run_queue_delay_s(str(tmp_path / "missing")) is None
 
 
 def test_stage_shares_span_an_update_longer_than_the_report_interval() -> None:

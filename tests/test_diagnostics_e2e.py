@@ -64,8 +64,12 @@ def test_slow_env_is_environment_bound(slow_run) -> None:
     last = records[-2]  # the last full interval
     for key in ("fps", "episode_return_mean", "entropy", "value_loss", "kl", "grad_norm", "policy_lag_mean",
                 "queue_requests", "queue_full", "queue_free", "rss_mb_total", "rss_mb_rollout", "cpu_learner",
-                "rollout_env_frac", "learner_forward_frac", "alerts"):
+                "rollout_env_frac", "rollout_runq_frac", "policy_runq_frac", "learner_forward_frac", "alerts"):
         assert key in last, key
+    # Start-up waits (the first weights, the first trajectory) are not booked as stage time.
+    for r in records:
+        shares = {k: v for k, v in r.items() if k.endswith("_frac") and isinstance(v, float)}
+        assert all(v <= 1.0 + 1e-6 for v in shares.values()), shares
     assert {"runner", "learner", "policy-0", "rollout-0", "rollout-1"} <= set(last["procs"])
 
 

@@ -51,8 +51,9 @@ class Totals:
     learner: list[dict] = field(default_factory=list)
     learner_stat_names: list[str] = field(default_factory=list)  # recorded (None) even before the first update
     rollout_time: dict[str, float] = field(
-        default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_wait_slot": 0.0, "t_total": 0.0})
-    policy_time: dict[str, float] = field(default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_total": 0.0})
+        default_factory=lambda: {"t_env": 0.0, "t_wait": 0.0, "t_wait_slot": 0.0, "t_runq": 0.0, "t_total": 0.0})
+    policy_time: dict[str, float] = field(
+        default_factory=lambda: {"t_infer": 0.0, "t_wait": 0.0, "t_runq": 0.0, "t_total": 0.0})
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
     stage_window: deque = field(default_factory=deque)  # (time, stage-time tallies) of recent intervals
@@ -72,7 +73,7 @@ class Totals:
         self.policy_batches[0] += payload["batches"]
         self.policy_batches[1] += payload["samples"]
         for k in self.policy_time:
-            self.policy_time[k] += payload[k]
+            self.policy_time[k] += payload.get(k, 0.0)
 
     def add_learner(self, payload: dict[str, Any]) -> None:
         self.learner.append(payload)

@@ -9,6 +9,12 @@ The pipeline is env stepping (rollout workers) -> inference (policy workers) -> 
 * nobody is busy most of the time (rollout workers wait for actions, policy
   workers wait for requests, the learner waits for trajectories)              -> transfer-bound: the time
   goes into handing messages between processes
+  (unless the workers wait in the CPU run queue while other jobs hold the
+  cores: each hand-over then waits for a core, not for a peer)                -> CPU-starved
+
+A stage timer cannot tell waiting for a peer from waiting for a core: a niced worker on a busy machine books its
+run-queue delay as waiting for actions or requests. The workers therefore report that delay (`*_runq_frac`, from
+the kernel's schedstat), and starvation is a verdict of its own rather than a transfer-bound misreading.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("env", "transfer", "inference", "training")
+KINDS = ("env", "transfer", "inference", "training", "starved")
 LABELS = {"env": "environment-bound", "transfer": "transfer-bound", "inference": "inference-bound",
-          "training": "training-bound"}
+          "training": "training-bound", "starved": "CPU-starved"}
 
 LEARNER_SATURATED = 0.75  # learner busy (copy + train) share above which training limits throughput
 COPY_DOMINANT = 0.5  # share of the learner's busy time spent copying batches that makes it transfer-bound
 STAGE_BUSY = 0.4  # busiest stage below this: every process mostly waits on the others -> transfer-bound
 MACHINE_BUSY = 90.0  # machine CPU % above which a mostly-waiting run is probably starved by other jobs
+STARVED_RUNQ = 0.1  # share of a worker type's wall time spent runnable without a core that counts as starved
+OTHER_JOBS = 25.0  # % of the machine's CPU used outside this run above which its run-queue delay is theirs
 
 REMEDIES = {
     "env": "stepping envs limits throughput (the policy worker and learner wait for experience): add envs "
@@ -40,6 +48,9 @@ REMEDIES = {
     "training": "the learner is saturated and rollout workers wait for free trajectory slots: train on a "
                 "GPU (--device cuda) with bigger batches (--batch-size) and mixed precision, fewer "
                 "--epochs/--minibatches, or a smaller model (--hidden-size); extra env workers will not help",
+    "starved": "other jobs hold the cores and the run's workers wait for CPU time: stop or move the other "
+               "jobs, give this run cores of its own (taskset/cgroups), or run fewer workers than free cores; "
+               "the stage shares say nothing about the run itself until then",
 }
 
 
@@ -78,9 +89,27 @@ def _pct(x: float) -> str:
 def _context(m: Mapping[str, Any]) -> str:
     gpu, system, run = m.get("gpu_util"), m.get("cpu_system"), m.get("cpu_run")
     out = "" if gpu is None else f"; GPU {gpu:.0f}% busy"
-    if system is not None and run is not None and system >= MACHINE_BUSY and run < system / 2:
+    starved = _starvation(m)
+    if starved is not None:
+        out += f"; other jobs starve it ({starved})"
+    elif system is not None and run is not None and system >= MACHINE_BUSY and run < system / 2:
         out += f"; the machine's CPUs are {system:.0f}% busy but this run uses {run:.0f}%: other jobs starve it"
     return out
+
+
+def _starvation(m: Mapping[str, Any]) -> str | None:
+    """The evidence that other jobs starve this run's workers of CPU, or None when they do not."""
+    runq = {who: m.get(f"{key}_runq_frac") for who, key in (("rollout workers", "rollout"),
+                                                           ("policy workers", "policy"))}
+    known = {who: v for who, v in runq.items() if v is not None}
+    system, run = m.get("cpu_system"), m.get("cpu_run")
+    if not known or max(known.values()) < STARVED_RUNQ or system is None or run is None:
+        return None
+    if system - run < OTHER_JOBS:  # the run's own processes queue for the cores: that is its own load
+        return None
+    waits = ", ".join(f"{who} {_pct(v)}" for who, v in known.items())
+    return (f"waiting for a core: {waits} of the time, while other jobs use {system - run:.0f}% of the "
+            f"machine's CPUs and this run {run:.0f}%")
 
 
 def classify(m: Mapping[str, Any]) -> Verdict | None:
@@ -89,7 +118,9 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
     `m` is a metrics record: the stage fractions `rollout_env_frac`, `policy_infer_frac`, `learner_wait_frac`,
     `learner_copy_frac`, `learner_train_frac` (each a share of that process type's wall time, or None) decide;
     an off-policy learner's `learner_insert_frac`, `learner_sample_frac`, `learner_update_frac` split the training;
-    `gpu_util`, `cpu_system` and `cpu_run` (% of the whole machine), when present, are quoted as evidence.
+    `gpu_util`, `cpu_system` and `cpu_run` (% of the whole machine), when present, are quoted as evidence;
+    with the workers' run-queue shares (`rollout_runq_frac`, `policy_runq_frac`) they also tell CPU starvation
+    by other jobs, which takes the place of a transfer-bound reading (nobody busy because nobody gets a core).
     """
     env = m.get("rollout_env_frac")
     infer = m.get("policy_infer_frac")
@@ -118,6 +149,10 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
         return None
     waits = "" if learner_wait is None else f"; learner waits {_pct(learner_wait)}"
     if max(env, infer) < STAGE_BUSY:
+        starved = _starvation(m)
+        if starved is not None:
+            return Verdict("starved", f"{starved}; rollout workers step envs {_pct(env)}, the policy worker "
+                                      f"infers {_pct(infer)}{waits}", REMEDIES["starved"])
         return Verdict("transfer", f"no stage is busy: rollout workers step envs {_pct(env)}, the policy worker "
                                    f"infers {_pct(infer)}{waits}{context}", REMEDIES["transfer"])
     if env >= infer:

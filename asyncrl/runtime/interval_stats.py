@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from asyncrl.runtime.channels import Channels, report
+from asyncrl.runtime.schedstat import run_queue_delay_s
 
 
 class IntervalStats:
@@ -16,6 +17,14 @@ class IntervalStats:
         self.lists: dict[str, list] = {}
         live = getattr(channels, "live", None)  # heartbeat: every call below marks this process as making progress
         self.beat = live[f"beat_{kind}"] if live is not None and f"beat_{kind}" in live else [0.0] * (ident + 1)
+        self.runq = run_queue_delay_s()  # None where the kernel keeps no schedstat
+
+    def restart(self) -> None:
+        """Start the interval now, dropping what was summed: start-up waits are not steady-state stage time."""
+        self.last = time.monotonic()
+        self.runq = run_queue_delay_s() if self.runq is not None else None
+        self.sums = {k: 0 for k in self.sums}
+        self.lists = {k: [] for k in self.lists}
 
     def add(self, key: str, value: float) -> None:
         self.sums[key] = self.sums.get(key, 0) + value
@@ -24,12 +33,17 @@ class IntervalStats:
         self.lists.setdefault(key, []).extend(items)
 
     def maybe_report(self, force: bool = False, **extra: Any) -> None:
-        """Send the interval's sums (plus `t_total`, the interval's length) if a second has passed (or `force`)."""
+        """Send the interval's sums (plus `t_total`, the interval's length, and `t_runq`, the part of it spent
+        runnable but waiting for a core) if a second has passed (or `force`)."""
         now = time.monotonic()
         self.beat[self.ident] = now
         if now - self.last < self.every_s and not force:
             return
-        report(self.channels, self.kind, self.ident, {**self.sums, **self.lists, **extra, "t_total": now - self.last})
+        runq = run_queue_delay_s() if self.runq is not None else None
+        waited = {} if runq is None else {"t_runq": runq - self.runq}
+        self.runq = runq
+        report(self.channels, self.kind, self.ident,
+               {**self.sums, **self.lists, **extra, **waited, "t_total": now - self.last})
         self.sums = {k: 0 for k in self.sums}
         self.lists = {k: [] for k in self.lists}
         self.last = now

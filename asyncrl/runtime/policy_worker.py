@@ -71,6 +71,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     stats = IntervalStats(channels, "policy", index)
     for key in ("batches", "samples", "t_infer", "t_wait"):
         stats.add(key, 0)
+    serving = False  # until the first request, the wait is the rollout workers' start-up, not a stage
     while not channels.stopping:
         t0 = time.monotonic()
         try:
@@ -80,6 +81,9 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
             stats.maybe_report(version=reader.version)  # idle workers report too
             continue
         t1 = time.monotonic()
+        if not serving:
+            stats.restart()
+            t0, serving = t1, True
         reader.refresh()
         req = np.asarray(requests, dtype=np.int64)
         current = want[req[:, 2]] == req[:, 3]

@@ -58,12 +58,16 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     for key in ("env_steps", "env_errors", "t_env", "t_wait", "t_wait_slot"):
         stats.add(key, 0)
     stats.extend("episodes", [])
+    serving = False  # until the first actions arrive, the wait is the policy workers' start-up, not a stage
     while True:
         t0 = time.monotonic()
         split = get_or_stop(my_queue, channels, idle=guard.idle)
         if split is None:
             break
         t1 = time.monotonic()
+        if not serving:
+            stats.restart()
+            t0, serving = t1, True
         slot, t = slots[split], steps[split]
         if acted[slot] != t:  # a stale or repeated wake-up: this step's actions are not written yet
             continue
