@@ -1,7 +1,10 @@
 """`asyncrl-train` as a user runs it: bad input is one line on stderr, exit code 2, and nothing half-written.
 
-The error paths call the command's `main(argv)` in this process (what the console script runs, with its exit
-code and stderr captured); one test runs the installed `asyncrl-train` itself to show the same from outside.
+Errors found while the settings are parsed and validated come from the command's `main(argv)` called in this
+process (what the console script runs, with its exit code and stderr captured). Those found later, once the env
+is built (an unknown Atari game, the run directory, resume), come after the check that this process may fork
+workers, which a test process that has used torch fails: they run the installed `asyncrl-train` in a process of
+its own, as a user does.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def assert_user_error(result: subprocess.CompletedProcess[str] | Result, *fragme
 
 
 def test_unknown_env_names_a_close_match(tmp_path: Path) -> None:
-    result = run_cli([*FAST, "--env", "CartPol-v1"], tmp_path)  # the installed console script, in its own process
+    result = run_cli([*FAST, "--env", "CartPol-v1"], tmp_path)
     assert_user_error(result, "unknown env 'CartPol-v1'", "did you mean", "CartPole-v1")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
@@ -62,8 +65,8 @@ def suggestions(line: str) -> list[str]:
     return line.split("did you mean: ", 1)[1].split("?", 1)[0].split(", ")
 
 
-def test_unknown_atari_game_names_the_rom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = main_in_process([*FAST, "--env", "atari_pongg"], tmp_path, capsys)
+def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
+    result = run_cli([*FAST, "--env", "atari_pongg"], tmp_path)
     line = assert_user_error(result, "unknown env 'atari_pongg'", "did you mean: ")
     assert "atari_pong" in suggestions(line), line
 
@@ -88,27 +91,27 @@ def test_invalid_settings_exit_2_before_creating_anything(tmp_path: Path, flags:
     assert not train_dir.exists(), "a rejected run must not create its train dir"
 
 
-def test_resume_with_nothing_to_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_with_nothing_to_resume(tmp_path: Path) -> None:
     train_dir = tmp_path / "runs"
-    result = main_in_process([*FAST, "--resume", "--experiment", "nothing"], train_dir, capsys)
+    result = run_cli([*FAST, "--resume", "--experiment", "nothing"], train_dir)
     assert_user_error(result, "--resume", "no checkpoint", "nothing")
     assert not (train_dir / "nothing").exists()
 
 
-def test_unwritable_train_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_train_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    result = main_in_process(FAST, blocker / "runs", capsys)
+    result = run_cli(FAST, blocker / "runs")
     assert_user_error(result, "cannot write to train dir", "--train-dir")
     assert blocker.read_text() == "not a directory"
 
 
-def test_existing_experiment_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_experiment_needs_resume(tmp_path: Path) -> None:
     run_dir = tmp_path / "CartPole-v1"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text('{"frames": 123}\n')
     (run_dir / "config.json").write_text("{}")
-    result = main_in_process(FAST, tmp_path, capsys)
+    result = run_cli(FAST, tmp_path)
     assert_user_error(result, "already exists", "--resume", "--experiment")
     # The earlier run's files are left exactly as they were.
     assert (run_dir / "metrics.jsonl").read_text() == '{"frames": 123}\n'

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_cli import main_in_process
 
 from asyncrl.cli.train import main
 from asyncrl.config import ConfigError, config_from_flags
@@ -68,13 +69,13 @@ def test_unknown_key_exits_2_from_the_console_script(tmp_path: Path) -> None:
         config_from_flags(str(path))
 
 
-def test_print_config_prints_and_creates_nothing(tmp_path: Path) -> None:
+def test_print_config_prints_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train_dir = tmp_path / "train"
-    result = run_cli(["--env", "CartPole-v1", "--frames", "5000", "--print-config"], train_dir)
+    result = main_in_process(["--env", "CartPole-v1", "--frames", "5000", "--print-config"], train_dir, capsys)
     assert result.returncode == 0, result.stderr
     cfg = json.loads(result.stdout)
     assert (cfg["env"], cfg["frames"], cfg["train_dir"], cfg["lr_schedule"]) == (
         "CartPole-v1", 5000, str(train_dir), "linear")  # resolved: the preset's auto schedule with --frames
     assert not train_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
-    bad = run_cli(["--env", "CartPole-v1", "--batch-size", "100", "--print-config"], train_dir)
+    bad = main_in_process(["--env", "CartPole-v1", "--batch-size", "100", "--print-config"], train_dir, capsys)
     assert bad.returncode == 2 and "must be a multiple" in bad.stderr and bad.stdout == ""  # validated first

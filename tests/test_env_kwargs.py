@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import main_in_process
 
 import asyncrl
 from asyncrl.config import ConfigError, config_from_flags
@@ -55,9 +56,9 @@ def test_kwargs_reach_a_callable_in_the_working_directory(tmp_path: Path, monkey
 
 
 @pytest.mark.parametrize(("value", "message"), [("{bad", "is not valid JSON"), ("[1, 2]", "must be a JSON object")])
-def test_bad_env_kwargs_is_one_line_exit_2(value: str, message: str) -> None:
-    proc = subprocess.run([*train_command(), "--env", "CartPole-v1", "--env-kwargs", value, "--print-config"],
-                          capture_output=True, text=True, timeout=120)
+def test_bad_env_kwargs_is_one_line_exit_2(value: str, message: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    proc = main_in_process(["--env", "CartPole-v1", "--env-kwargs", value, "--print-config"], tmp_path, capsys)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 

@@ -3,11 +3,9 @@ its actor-critic, and the runner's aggregation averages whatever stats a learner
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
+from test_cli import main_in_process
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.aggregate import Totals, learner_stats
@@ -54,11 +52,10 @@ class CountingLearner:
         self.version = int(state["version"])
 
 
-def test_unknown_algo_is_one_line_and_exit_2(tmp_path) -> None:
+def test_unknown_algo_is_one_line_and_exit_2(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="--algo must be one of appo"):
         validate(Config(env="CartPole-v1", algo="nope").resolve())
-    result = subprocess.run([sys.executable, "-m", "asyncrl.cli.train", "--env", "CartPole-v1", "--algo", "nope",
-                             "--train-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = main_in_process(["--env", "CartPole-v1", "--algo", "nope"], tmp_path, capsys)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--algo must be one of appo, redq, sac, td3 (got 'nope')" in lines[0], result.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 from test_cli import assert_user_error
 
@@ -18,9 +20,22 @@ def saved_config(train_dir: Path) -> dict:
     return json.loads((train_dir / "r" / "config.json").read_text())
 
 
-def test_resume_keeps_saved_settings_and_prints_each_change(tmp_path: Path) -> None:
-    first = run_cli(FIRST, tmp_path, timeout=180)
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The train dir of one finished FIRST run; each test resumes (or tries to) a copy of it."""
+    train_dir = tmp_path_factory.mktemp("first")
+    first = run_cli(FIRST, train_dir, timeout=180)
     assert first.returncode == 0, first.stderr
+    return train_dir
+
+
+def copy_of(first_run: Path, tmp_path: Path) -> Path:
+    shutil.copytree(first_run / "r", tmp_path / "r")
+    return tmp_path
+
+
+def test_resume_keeps_saved_settings_and_prints_each_change(first_run: Path, tmp_path: Path) -> None:
+    tmp_path = copy_of(first_run, tmp_path)
     before = saved_config(tmp_path)
 
     resumed = run_cli(["--resume", "--experiment", "r", "--frames", "3000", "--lr", "0.0001"], tmp_path, timeout=180)
@@ -36,10 +51,10 @@ def test_resume_keeps_saved_settings_and_prints_each_change(tmp_path: Path) -> N
         assert after[name] == before[name], f"{name}: saved {before[name]!r}, resumed with {after[name]!r}"
 
 
-def test_resume_refuses_another_env_or_model_shape(tmp_path: Path) -> None:
-    first = run_cli(FIRST, tmp_path, timeout=180)
-    assert first.returncode == 0, first.stderr
+def test_resume_refuses_another_env_or_model_shape(first_run: Path, tmp_path: Path) -> None:
+    tmp_path = copy_of(first_run, tmp_path)
     before = saved_config(tmp_path)
+    # Refused once the env is built to read its spaces (after the fork check): in a process of their own.
     assert_user_error(run_cli(["--resume", "--experiment", "r", "--hidden-size", "64"], tmp_path),
                       "--hidden-size 48", "--hidden-size 64")
     assert_user_error(run_cli(["--resume", "--experiment", "r", "--env", "Acrobot-v1"], tmp_path),
