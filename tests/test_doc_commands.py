@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,17 +26,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.S | re.M)  # also inside list items
 
 # (pattern searched in the command, why it is not run here): shown as the skip reason of each such command.
 SKIPS: list[tuple[str, str]] = [
     (r"^make (train|test)\b", "hours (Pong) or the whole suite; the coordinator runs make test"),
     (r"^make bench\b", "the benchmark suite takes 5-25 min"),
-    (r"^pip install", "installs from the network"),
+    (r"^(\.venv/bin/)?pip (install|wheel)", "installs from the network (tests/test_packaging.py builds the wheel)"),
+    (r"^make install\b", "installs into .venv, the venv these tests run from"),
+    (r"^source ", "changes the calling shell"),
     (r"^tensorboard ", "a server that runs until stopped"),
     (r"^scripts/soak\.sh", "a soak run of minutes to hours"),
+    (r"^scripts/(fetch_gpu_wheels|gpu_check)\.sh", "the CUDA check's scripts: run on a GPU machine"),
     (r"^python scripts/envpool_vs_gym\.py", "needs envpool, which is not installed"),
     (r"^asyncrl-sweep sweep\.yaml --concurrent", "six training runs; the --dry-run line beside it runs here"),
+    (r"^(\.venv/bin/python |python )?examples/", "an example: tests/test_examples.py runs each with a tiny budget"),
 ]
 TOOLS = {"asyncrl-compare": "compare", "asyncrl-enjoy": "enjoy", "asyncrl-export": "export", "asyncrl-sweep": "sweep",
          "asyncrl-plot": "plot", "asyncrl-diagnose": "diagnose", "asyncrl-bench": "bench"}
@@ -83,9 +88,9 @@ def doc_commands() -> list[DocCommand]:
         for block in FENCE.finditer(text):
             first = text[:block.start()].count("\n") + 2
             pending, start = "", 0
-            for i, line in enumerate(_lines(block.group(1), block.group(2))):
+            for i, line in enumerate(_lines(block.group(1), textwrap.dedent(block.group(2)))):
                 start = start if pending else first + i
-                pending += line.rstrip()
+                pending += line.strip() if pending else line.rstrip()
                 if pending.endswith("\\"):
                     pending = pending[:-1] + " "
                     continue
@@ -116,7 +121,7 @@ def train_argv(words: tuple[str, ...]) -> list[str] | None:
 
 
 def kind(command: DocCommand) -> str:
-    """train, tool, script or skip; "unclassified" fails test_every_command_is_classified."""
+    """train, tool, script, inline or skip; "unclassified" fails test_every_command_is_classified."""
     if skip_reason(command):
         return "skip"
     if train_argv(command.words) is not None:
@@ -126,6 +131,8 @@ def kind(command: DocCommand) -> str:
         return "tool"
     if first in ("python", ".venv/bin/python") and command.words[1].startswith("scripts/"):
         return "script"
+    if first in ("python", ".venv/bin/python") and command.words[1] == "-c":
+        return "inline"
     return "unclassified"
 
 
@@ -143,6 +150,11 @@ def fill(words: list[str], seed: int) -> list[str]:
 def by_kind(name: str) -> list:
     chosen = [c for c in COMMANDS if kind(c) == name]
     return [pytest.param(c, id=c.where) for c in chosen]
+
+
+def test_examples_named_in_the_docs_exist() -> None:
+    named = {w for c in COMMANDS for w in c.words if w.startswith("examples/")}
+    assert named and not [w for w in named if not (ROOT / w).is_file()]
 
 
 def test_the_docs_have_commands_and_every_one_is_classified() -> None:
@@ -231,6 +243,13 @@ def test_tool_command_parses(command: DocCommand) -> None:
                 assert not missing, f"{command.words[0]} has no {missing}"
         except SystemExit:
             pytest.fail(f"{command.where}: {command.text}: {err.getvalue().strip()}")
+
+
+@pytest.mark.parametrize("command", by_kind("inline"))
+def test_inline_python_runs(command: DocCommand, tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, *command.words[1:]], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, f"{command.where}: {result.stderr[-800:]}"
 
 
 @cache
