@@ -13,12 +13,14 @@ the run writes the same directory. The engine forks its workers from the calling
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.config import Config, ConfigError, config_from_flags
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.launch import run
+from asyncrl.runtime.callbacks import Callbacks
 
 
 class TrainingFailed(RuntimeError):
@@ -36,16 +38,20 @@ class TrainResult:
     run_dir: str
     metrics: dict[str, Any]  # the last metrics.jsonl record ({} if the run wrote none)
     exit_code: int
-    stop_reason: str | None  # "frames", "seconds", "SIGINT", "SIGTERM" or "SIGHUP"
+    stop_reason: str | None  # "frames", "seconds", "callback", "SIGINT", "SIGTERM" or "SIGHUP"
     config: Config
 
 
-def train(cfg: Config | None = None, /, *, config: str | None = None, **flags: Any) -> TrainResult:
+def train(cfg: Config | None = None, /, *, config: str | None = None,
+          callbacks: Iterable[Callable[[dict[str, Any]], Any]] = (), **flags: Any) -> TrainResult:
     """Train as `asyncrl-train` would and return the run's result.
 
     `cfg` (a Config) gives settings the way command-line flags do: its fields that differ from Config's
     defaults count as given, the others take the preset's values. `config` is a YAML or JSON file of
     settings, `flags` are Config field names (e.g. `batch_size=512`); flags win over `cfg`, both over the file.
+    `callbacks` are called here with every metrics record and every checkpoint and evaluation event (a dict with
+    `event` set to "metrics", "checkpoint" or "eval"); one that returns False stops the run cleanly, with a final
+    checkpoint (`stop_reason` "callback"); one that raises stops it with an error naming it.
 
     Raises ConfigError (a ValueError) for bad settings, EnvError for an unusable env, ForkError (a
     RuntimeError) where this process cannot fork the workers, and TrainingFailed if the run ends with an error.
@@ -53,9 +59,10 @@ def train(cfg: Config | None = None, /, *, config: str | None = None, **flags: A
     """
     if cfg is not None and not isinstance(cfg, Config):
         raise ConfigError(f"asyncrl.train() takes a Config or keyword flags, not a {type(cfg).__name__}")
+    hooks = Callbacks(callbacks)  # TypeError for a non-callable, before anything is resolved or written
     given = _given_fields(cfg) if cfg is not None else {}
     resolved = config_from_flags(config, **{**given, **flags})
-    code, stop_reason = run(resolved)
+    code, stop_reason = run(resolved, callbacks=hooks.fns)
     records = read_metrics(resolved.run_dir)
     result = TrainResult(resolved.run_dir, records[-1] if records else {}, code, stop_reason, resolved)
     if code != 0:

@@ -48,6 +48,16 @@ class ConfigError(ValueError):
     """Bad user input; the CLI prints it as one line and exits with code 2."""
 
 
+def parse_info_keys(text: str) -> tuple[str, ...]:
+    """'a,b' -> ('a', 'b'); '' -> (). A name must be a plain identifier, so that info_<name> reads as a metric."""
+    names = tuple(part.strip() for part in text.split(",")) if text.strip() else ()
+    for name in names:
+        if not name.isidentifier():
+            raise ConfigError(f"--info-keys {text!r}: {name!r} is not a key name; give comma-separated names such "
+                              f"as 'distance,coins'")
+    return names
+
+
 def parse_env_kwargs(text: str) -> dict[str, Any]:
     """--env-kwargs: a JSON object of env constructor arguments."""
     try:
@@ -107,6 +117,9 @@ class Config:
     env_kwargs: str = field(default="{}", metadata={
         "help": "constructor arguments for a gymnasium id (gymnasium.make) or module:callable, as a JSON object, "
                 "e.g. '{\"continuous\": true}'"})
+    info_keys: str = field(default="", metadata={
+        "help": "comma-separated numeric keys of a gymnasium env's step info, recorded at each episode's end as "
+                "info_<key> (mean of the last 100 episodes), e.g. 'distance,coins'"})
     # --- sampling ---
     workers: int = field(default_factory=default_workers, metadata={"help": "rollout worker processes"})
     envs_per_worker: int = field(default=0, metadata={
@@ -272,6 +285,11 @@ class Config:
         return self
 
     @property
+    def info_key_names(self) -> tuple[str, ...]:
+        """--info-keys as a tuple of names (ConfigError for an empty or malformed name)."""
+        return parse_info_keys(self.info_keys)
+
+    @property
     def env_kwargs_dict(self) -> dict[str, Any]:
         """--env-kwargs parsed (ConfigError if it is not a JSON object)."""
         return parse_env_kwargs(self.env_kwargs)
@@ -280,6 +298,9 @@ class Config:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
         parse_env_kwargs(self.env_kwargs)
+        if parse_info_keys(self.info_keys) and (self.env == "null" or self.env.startswith(("atari_", "doom_"))):
+            raise ConfigError(f"--info-keys applies to gymnasium ids and module:callable envs, not {self.env!r}; "
+                              f"drop it")
         if self.doom_measurements and not self.env.startswith("doom_"):
             raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {self.env!r}; drop it")
         if self.deterministic:

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from asyncrl.config import Config, ConfigError, resume_changes
 from asyncrl.learners.registry import check_algo
@@ -56,10 +57,11 @@ def check_can_fork() -> None:
 
 
 CUDA_DRIVER_LOADED = (
-    "the CUDA driver is already loaded in this process (torch.cuda.is_available() and device_count() load it), "
-    "and forked workers cannot use CUDA; set PYTORCH_NVML_BASED_CUDA_CHECK=1 before importing torch (those calls "
-    "then ask NVML instead), or start the training before any CUDA call (a fresh notebook kernel), or run "
-    "asyncrl-train in a subprocess")
+    "the CUDA driver is already loaded in this process (by torch.cuda.is_available() or device_count(), or by an "
+    "env factory that touches CUDA when it is built to read the spaces), and forked workers cannot use CUDA; set "
+    "PYTORCH_NVML_BASED_CUDA_CHECK=1 before importing torch (those calls then ask NVML instead), leave CUDA alone "
+    "in the env factory until the env's first reset, or start the training before any CUDA call (a fresh "
+    "notebook kernel)")
 
 
 def cuda_driver_loaded(maps: str = "/proc/self/maps") -> bool:
@@ -107,8 +109,10 @@ def torch_threads_started(timeout: float = 10.0) -> bool:
     return True
 
 
-def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]:
-    """Validate `cfg` and train in this process: (exit code, why the run stopped).
+def run(cfg: Config, out: Callable[..., None] = print,
+        callbacks: Iterable[Callable[[dict], Any]] = ()) -> tuple[int, str | None]:
+    """Validate `cfg` and train in this process: (exit code, why the run stopped). `callbacks` see every metrics
+    record, checkpoint and evaluation (asyncrl/runtime/callbacks.py).
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
@@ -121,7 +125,7 @@ def run(cfg: Config, out: Callable[..., None] = print) -> tuple[int, str | None]
     distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
     from asyncrl.runtime.runner import Runner
 
-    runner = Runner(cfg)  # builds the env once to read its spaces
+    runner = Runner(cfg, callbacks=callbacks)  # builds the env once to read its spaces
     check_env_left_cuda_alone(cfg.env)
     for line in scaling_lines(cfg):
         out(line, flush=True)

@@ -48,6 +48,7 @@ class Totals:
     dropped_stale: int = 0
     returns: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
     lengths: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
+    info: dict[str, deque] = field(default_factory=dict)  # the env's episode metrics, the last 100 of each
     learner: list[dict] = field(default_factory=list)
     learner_stat_names: list[str] = field(default_factory=list)  # recorded (None) even before the first update
     rollout_time: dict[str, float] = field(
@@ -61,10 +62,14 @@ class Totals:
     def add_rollout(self, payload: Mapping[str, Any]) -> None:
         self.env_steps += int(payload["env_steps"])
         self.env_errors += int(payload.get("env_errors", 0))
-        for ret, length, truncated in payload["episodes"]:
-            self.returns.append(ret)
-            self.lengths.append(length)
-            self.episodes_truncated += bool(truncated)
+        for episode in payload["episodes"]:  # (return, length, truncated[, the env's own metrics])
+            self.returns.append(episode[0])
+            self.lengths.append(episode[1])
+            self.episodes_truncated += bool(episode[2])
+            for key, value in (episode[3] if len(episode) > 3 else {}).items():
+                if key not in self.info:
+                    self.info[key] = deque(maxlen=RETURN_WINDOW)
+                self.info[key].append(value)
         self.episodes += len(payload["episodes"])
         for k in self.rollout_time:
             self.rollout_time[k] += payload.get(k, 0.0)
@@ -119,6 +124,10 @@ class Totals:
             value = window[f"learner_t_{stage}"]
             out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
         return out
+
+    def info_record(self) -> dict[str, float]:
+        """`info_<key>`: the mean of the last 100 episodes' values of each env metric reported so far."""
+        return {f"info_{key}": sum(values) / len(values) for key, values in self.info.items()}
 
     def learner_record(self) -> dict[str, Any]:
         """The interval's learner stats (the announced ones first, None where no update reported them)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -99,6 +100,35 @@ class EpisodeStats:
     ret: float
     length: int
     truncated: bool = False
+    extra: dict[str, float] | None = None  # the env's own episode metrics (see `episode_extras`), if any
+
+
+EXTRA_STATS = "episode_extra_stats"  # Sample Factory's info key: a dict of numbers at an episode's end
+
+
+class EnvInfoError(EnvError):
+    """An env's info held a non-number where a metric was expected: bad input, the run stops (exit code 2)."""
+
+
+def episode_extras(info: dict[str, Any], keys: tuple[str, ...]) -> dict[str, float] | None:
+    """The metrics an episode's last step info reports: every entry of `info["episode_extra_stats"]` and the
+    `keys` (--info-keys) present in `info`; None when there are none. Called at episode ends only."""
+    out: dict[str, float] = {}
+    for key, value in (info.get(EXTRA_STATS) or {}).items():
+        out[str(key)] = _number(value, f"info[{EXTRA_STATS!r}][{key!r}]")
+    for key in keys:
+        if key in info:
+            out[key] = _number(info[key], f"info[{key!r}] (--info-keys)")
+    return out or None
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.item()
+    if isinstance(value, bool | int | float | np.number):
+        return float(value)
+    raise EnvInfoError(f"{where} is a {type(value).__name__}, not a number; env metrics must be numbers (drop the "
+                       f"key from --info-keys or report a number)")
 
 
 class VecEnv(ABC):
@@ -106,6 +136,14 @@ class VecEnv(ABC):
 
     num_envs: int
     spec: EnvSpec
+    info_keys: tuple[str, ...] = ()  # --info-keys: numeric step-info keys recorded at episode ends, where supported
+    wants_training_info: bool = False  # its envs define set_training_info(info): a curriculum (see below)
+
+    def set_training_info(self, info: dict[str, Any]) -> None:
+        """Pass the run's progress (frames, env_steps, policy_version, episode_return_mean) to every env that
+        defines `set_training_info`; called at most once per report interval. Backends without such envs ignore
+        it."""
+        return None
 
     @abstractmethod
     def reset(self, seed: int, obs_out: np.ndarray) -> None:

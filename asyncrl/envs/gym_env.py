@@ -12,7 +12,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, ObsKey, VecEnv
+from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, ObsKey, VecEnv, episode_extras
 
 SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
              "1-D MultiDiscrete or 1-D Box action spaces - see docs/custom-envs.md")
@@ -71,6 +71,12 @@ def dict_obs_key(name: str, key: object, space: gym.spaces.Space) -> ObsKey:
                    f"{' '.join(str(space).split())}; {DICT_SUPPORTED}")
 
 
+def _training_info_hook(env: gym.Env) -> Callable[[dict], object] | None:
+    """The env's `set_training_info` (Sample Factory's TrainingInfoInterface), on it or under its wrappers."""
+    hook = getattr(env, "set_training_info", None) or getattr(env.unwrapped, "set_training_info", None)
+    return hook if callable(hook) else None
+
+
 class GymVecEnv(VecEnv):
     """`num_envs` envs made by `factory`, stepped one after another in this process."""
 
@@ -100,6 +106,13 @@ class GymVecEnv(VecEnv):
             self._low, self._high = space.low, space.high
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self._len = np.zeros(num_envs, dtype=np.int64)
+        self.wants_training_info = _training_info_hook(first) is not None
+
+    def set_training_info(self, info: dict) -> None:
+        for env in self.envs:
+            hook = _training_info_hook(env)
+            if hook is not None:
+                hook(dict(info))
 
     def reset(self, seed: int, obs_out: np.ndarray) -> None:
         self._seed = seed
@@ -125,7 +138,7 @@ class GymVecEnv(VecEnv):
         stats: list[EpisodeStats] = []
         for i, env in enumerate(self.envs):
             try:
-                obs, reward, terminated, truncated, _ = env.step(acts[i])
+                obs, reward, terminated, truncated, info = env.step(acts[i])
                 reward = float(reward)
             except Exception as exc:  # the transition is lost; the episode is dropped, not counted
                 # The step is marked invalid by the worker (runtime/rollout_guard.py): the learner cuts the trace
@@ -141,7 +154,8 @@ class GymVecEnv(VecEnv):
             terminated_out[i] = bool(terminated)
             truncated_out[i] = cut
             if terminated or truncated:
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut))
+                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut,
+                                          episode_extras(info, self.info_keys)))
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 if cut:

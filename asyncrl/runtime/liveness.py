@@ -19,6 +19,9 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   that were not answered, since the dead worker may have taken them off the queue.
 - `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations).
 - `last_words[w]`: why rollout worker w gave up (UTF-8, NUL-padded), written just before it exits.
+- `training_info`: the run's progress for curriculum envs (`set_training_info`), written by the runner with
+  each metrics record: [sequence, frames, env steps, policy version, mean return (NaN before the first
+  episode)]. The sequence is odd while the runner writes and even once it is done (`read_training_info`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "policy_epoch": ((1,), i64),
         "env_errors": ((workers,), i64),
         "last_words": ((workers, WORDS), np.dtype(np.uint8)),
+        "training_info": ((5,), f64),
     }
 
 
@@ -56,6 +60,27 @@ def allocate_liveness(workers: int, policy_workers: int, slots: int) -> SharedAr
         live[name][:] = NO_OWNER
     live["transit"][:] = NO_TRANSIT
     return live
+
+
+def write_training_info(live: SharedArrays, frames: int, env_steps: int, version: int,
+                        return_mean: float | None) -> None:
+    block = live["training_info"]
+    block[0] += 1  # odd: being written
+    block[1:] = (frames, env_steps, version, np.nan if return_mean is None else return_mean)
+    block[0] += 1
+
+
+def read_training_info(live: SharedArrays, seen: float) -> tuple[float, dict | None]:
+    """(sequence, progress dict) when the runner wrote a new record since sequence `seen`, else (seen, None)."""
+    block = live["training_info"]
+    sequence = float(block[0])
+    if sequence == seen or sequence % 2:
+        return seen, None
+    frames, steps, version, ret = block[1:].tolist()
+    if float(block[0]) != sequence:  # rewritten while read: take it next time
+        return seen, None
+    return sequence, {"frames": int(frames), "env_steps": int(steps), "policy_version": int(version),
+                      "episode_return_mean": None if np.isnan(ret) else ret}
 
 
 def write_words(live: SharedArrays, worker: int, message: str) -> None:

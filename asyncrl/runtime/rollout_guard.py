@@ -51,6 +51,8 @@ class RolloutGuard:
                                       max_episode_frames=cfg.max_episode_frames, env_kwargs=cfg.env_kwargs_dict,
                                       doom_measurements=cfg.doom_measurements)
                          for _ in range(cfg.worker_splits)]
+            for env in self.envs:
+                env.info_keys = cfg.info_key_names
         except Exception as exc:
             self.fatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}")
         return self.envs
@@ -107,11 +109,13 @@ class RolloutGuard:
         faults.clear()
         return count
 
-    def fatal(self, message: str) -> NoReturn:
-        """Stop the run: report (never dropped), then wait for the runner's stop so it reads the report first."""
+    def fatal(self, message: str, exit_code: int = 1) -> NoReturn:
+        """Stop the run: report (never dropped), then wait for the runner's stop so it reads the report first.
+        `exit_code` is the run's (2: bad input)."""
         try:
             self.channels.reports.put(("fatal", self.worker, time.time(), {"message": f"rollout-{self.worker}: "
-                                       f"{message}; stopping.", "code": "env_broken"}), timeout=FATAL_PUT_TIMEOUT_S)
+                                       f"{message}; stopping.", "code": "env_broken", "exit_code": exit_code}),
+                                      timeout=FATAL_PUT_TIMEOUT_S)
         except Full:
             raise SystemExit(EXIT_ENV_ERRORS) from None
         while not self.channels.stopping:

@@ -17,11 +17,11 @@ import time
 import numpy as np
 
 from asyncrl.config import Config
-from asyncrl.envs.base import EnvBroken
+from asyncrl.envs.base import EnvBroken, EnvInfoError
 from asyncrl.envs.dict_obs import zeros_like
 from asyncrl.runtime.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.interval_stats import IntervalStats
-from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING
+from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING, read_training_info
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
@@ -59,6 +59,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         stats.add(key, 0)
     stats.extend("episodes", [])
     serving = False  # until the first actions arrive, the wait is the policy workers' start-up, not a stage
+    curricula = [split for split, env in enumerate(envs) if env.wants_training_info]
+    info_seen = 0.0
     while True:
         t0 = time.monotonic()
         split = get_or_stop(my_queue, channels, idle=guard.idle)
@@ -75,6 +77,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         try:
             finished = envs[split].step(actions[slot, t], obs[slot, t + 1], rewards[slot, t], terminated[slot, t],
                                         truncated[slot, t], final_scratch[split])
+        except EnvInfoError as exc:  # bad input: a metric that is not a number
+            guard.fatal(str(exc), exit_code=2)
         except EnvBroken as exc:  # a fresh instance failed before its first step
             guard.fatal(str(exc))
         except Exception as exc:  # a backend that cannot replace one env: reset the split, start over
@@ -88,7 +92,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         t2 = time.monotonic()
         if finished:
             _keep_final_obs(slot, t, truncated, final_scratch[split], final_obs, final_step)
-            stats.extend("episodes", [(e.ret, e.length, e.truncated) for e in finished])
+            stats.extend("episodes", [(e.ret, e.length, e.truncated) if e.extra is None else
+                                      (e.ret, e.length, e.truncated, e.extra) for e in finished])
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
         stats.add("env_steps", cfg.envs_per_split)
@@ -115,6 +120,11 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         want[slot] = t
         channels.requests.put((worker, split, slot, t))
         stats.maybe_report()
+        if curricula:
+            info_seen, info = read_training_info(channels.live, info_seen)
+            if info is not None:
+                for s in curricula:
+                    envs[s].set_training_info(info)
     _close(envs)
 
 

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Iterable
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.aggregate import Totals
@@ -25,9 +26,11 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.learners.registry import check_algo_env
 from asyncrl.runtime import distributed
+from asyncrl.runtime.callbacks import Callback, Callbacks
 from asyncrl.runtime.channels import Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, EvalSchedule
+from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.liveness import write_training_info
 from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
 from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.supervisor import (
@@ -80,9 +83,12 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, out=print):
+    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = ()):
         self.cfg = cfg
         self.out = out
+        self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
+        self.shutting_down = False
+        self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
         self.spec = make_env_spec(cfg.env, cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
         self.stop_reason: str | None = None
         self.t_signal: float | None = None  # time.monotonic() of the first stop signal
@@ -137,6 +143,8 @@ class Runner:
         finally:
             self._shutdown()
             self.supervisor.stop_repair()
+            if run_error is None and self.late_callback_error is not None:
+                run_error, code = self.late_callback_error, 1
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             try:
@@ -145,6 +153,7 @@ class Runner:
                 pass
             self.wiring.close()
         if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
+            code = run_error.exit_code
             final = self.supervisor.last_saved
             final = final if final is not self.saved_before_stop else None
             hint = f" {self.supervisor.checkpoint_hint(final)}" if run_error.hint else ""
@@ -295,6 +304,7 @@ class Runner:
             time.sleep(0.05)
 
     def _shutdown(self) -> None:
+        self.shutting_down = True
         ch = self.channels
         ch.request_stop()
         learner = self.procs.get("learner")
@@ -336,13 +346,30 @@ class Runner:
             record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
                                                time.time() - self.t_start)
             self.metrics.write(record, step=record["frames"])
-            raise RunError(payload["message"], hint=payload.get("hint", True))
+            raise RunError(payload["message"], hint=payload.get("hint", True), exit_code=payload.get("exit_code", 1))
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
         elif kind == "eval":
             self.evaluation.receive(payload)
+            self._notify("eval", {k: payload[k] for k in RESULT_KEYS if k in payload})
         elif kind in ("env_error", "saved", "save_failed"):
             self.supervisor.handle(kind, payload)
+            if kind == "saved":
+                self._notify("checkpoint", {k: payload[k] for k in ("path", "version", "env_steps")})
+
+    def _notify(self, event: str, record: dict) -> None:
+        """Pass an event to the user's callbacks; one returning False stops the run as a signal would."""
+        if not self.callbacks:
+            return
+        try:
+            go_on = self.callbacks(event, record)
+        except RunError as exc:
+            if not self.shutting_down:
+                raise
+            self.late_callback_error = self.late_callback_error or exc
+            return
+        if not go_on and self.stop_reason is None:
+            self.stop_reason = "callback"
 
     def _report(self, dt: float, steps: int) -> None:
         t, fs = self.totals, self.spec.frameskip
@@ -363,12 +390,16 @@ class Runner:
             "learner_updates": len(t.learner),
         }
         record.update(t.learner_record())
+        record.update(t.info_record())
         record.update(t.stage_fractions())
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
+        write_training_info(self.channels.live, record["frames"], t.env_steps, t.policy_version,
+                            record["episode_return_mean"])  # for curriculum envs (set_training_info)
         t.learner = []
         record.update(self.evaluation.pop_results())
         self.metrics.write(record, step=record["frames"])
+        self._notify("metrics", record)
         for video in self.evaluation.pop_videos():
             self.metrics.write_video("eval_video", video["gif"], video["video"], step=record["frames"])
         self.metrics_records += 1

@@ -49,12 +49,13 @@ class RunError(RuntimeError):
     """The run could not continue (a component died or failed); message is for the user.
 
     Unless `hint` is False, the runner adds which checkpoint remains once the shutdown (and with it the
-    learner's final save) is over.
+    learner's final save) is over. `exit_code` is the run's: 1, or 2 for bad input found while running.
     """
 
-    def __init__(self, message: str, hint: bool = True) -> None:
+    def __init__(self, message: str, hint: bool = True, exit_code: int = 1) -> None:
         super().__init__(message)
         self.hint = hint
+        self.exit_code = exit_code
 
 
 @dataclass

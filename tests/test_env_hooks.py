@@ -1,0 +1,64 @@
+"""Env metrics (`info["episode_extra_stats"]`, `--info-keys`) and curricula (`set_training_info`) in a real run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from asyncrl.diagnostics.metrics import read_metrics
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
+         "--device", "cpu"]
+FRAMES = 40_000  # a 2-action bandit in 10-step episodes: learned within about 20k steps
+
+
+def train(train_dir, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-train")
+    return subprocess.run([script, "--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def hooked_run(tmp_path_factory) -> list[dict]:
+    train_dir = tmp_path_factory.mktemp("hooks")
+    proc = train(train_dir, "--env", "hook_envs:make_right_steps", "--info-keys", "rights", "--frames", str(FRAMES))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_metrics(os.path.join(train_dir, "run"))
+
+
+def test_env_metrics_follow_the_learned_policy(hooked_run: list[dict]) -> None:
+    records = [r for r in hooked_run if "info_right_share" in r]
+    assert len(records) >= 3
+    # A random policy picks right half the time; the trained one nearly always.
+    assert records[0]["info_right_share"] < 0.8 and records[-1]["info_right_share"] > 0.9, \
+        [r["info_right_share"] for r in records]
+    for r in records:  # --info-keys rights at the episode's end: the episode's return, over the same 100 episodes
+        assert r["info_rights"] == pytest.approx(r["episode_return_mean"], abs=1e-9)
+        assert r["info_right_share"] == pytest.approx(r["episode_return_mean"] / 10, abs=1e-9)
+
+
+def test_a_curriculum_env_gets_the_runs_progress_and_its_level_rises(hooked_run: list[dict]) -> None:
+    levels = [r["info_level"] for r in hooked_run if "info_level" in r]
+    assert levels[0] < 7 and levels[-1] >= 8, levels  # the level follows the mean return: about 5 at random
+    # At most once per report interval: no env heard more often than the runner wrote records.
+    assert max(r["info_training_infos"] for r in hooked_run if "info_training_infos" in r) <= len(hooked_run)
+    assert hooked_run[-1]["info_training_infos"] >= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "hook_envs:make_right_steps", "--env-kwargs", '{"text_metric": true}', "--info-keys", "rights"],
+     "info['rights'] (--info-keys) is a str, not a number"),
+    (["--env", "CartPole-v1", "--info-keys", "a b"], "'a b' is not a key name"),
+    (["--env", "atari_pong", "--info-keys", "lives"], "--info-keys applies to gymnasium ids"),
+])
+def test_bad_env_metrics_are_one_line_exit_2(tmp_path, args: list[str], message: str) -> None:
+    proc = train(tmp_path, *args, "--frames", "2000")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
