@@ -47,6 +47,16 @@ def test_pip_wheel_from_a_clean_checkout_holds_the_package_and_entry_points(tmp_
         assert f"Provides-Extra: {extra}" in metadata
 
 
+def test_pip_install_from_a_clean_checkout_installs_the_console_scripts(tmp_path: Path) -> None:
+    source, target = tmp_path / "src", tmp_path / "site"
+    copy_checkout(source)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=120)
+    assert (target / "asyncrl" / "config.py").is_file() and (target / "asyncrl" / "cli" / "train.py").is_file()
+    scripts = {p.name for p in (target / "bin").iterdir()}
+    assert {"asyncrl-train", "asyncrl-compare", "asyncrl-export"} <= scripts
+
+
 def _fake_venv(path: Path) -> Path:
     """A venv whose python only logs its arguments, with an install stamp newer than the Makefile's inputs."""
     log = path / "calls.log"
