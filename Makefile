@@ -1,5 +1,5 @@
 # asyncrl: every target sets itself up first. docs/installation.md says which torch build TORCH_SPEC gets, e.g.
-# `make install TORCH_SPEC=torch==2.13.0+cu128 TORCH_INDEX=https://download.pytorch.org/whl/cu128` for CUDA 12.8.
+# `make install TORCH_SPEC=torch==2.13.0+cuXYZ TORCH_INDEX=https://download.pytorch.org/whl/cuXYZ` for a CUDA build.
 PYTHON ?= python3
 VENV ?= .venv
 # The pin resolves to whatever build pip's indexes offer: a CPU wheel where pip is configured with one (the
