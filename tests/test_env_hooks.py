@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from asyncrl.diagnostics.metrics import read_metrics
 
@@ -24,11 +25,16 @@ def train(train_dir, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def hooked_run(tmp_path_factory) -> list[dict]:
+def hooked_dir(tmp_path_factory) -> str:
     train_dir = tmp_path_factory.mktemp("hooks")
     proc = train(train_dir, "--env", "hook_envs:make_right_steps", "--info-keys", "rights", "--frames", str(FRAMES))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return read_metrics(os.path.join(train_dir, "run"))
+    return os.path.join(train_dir, "run")
+
+
+@pytest.fixture(scope="module")
+def hooked_run(hooked_dir: str) -> list[dict]:
+    return read_metrics(hooked_dir)
 
 
 def test_env_metrics_follow_the_learned_policy(hooked_run: list[dict]) -> None:
@@ -48,6 +54,21 @@ def test_a_curriculum_env_gets_the_runs_progress_and_its_level_rises(hooked_run:
     # At most once per report interval: no env heard more often than the runner wrote records.
     assert max(r["info_training_infos"] for r in hooked_run if "info_training_infos" in r) <= len(hooked_run)
     assert hooked_run[-1]["info_training_infos"] >= 1
+
+
+def test_env_metrics_reach_tensorboard_and_asyncrl_plot(hooked_dir: str, tmp_path) -> None:
+    tb = os.path.join(hooked_dir, "tb")
+    events = [e for f in sorted(os.listdir(tb)) for e in EventFileLoader(os.path.join(tb, f)).Load()]
+    tags = {v.tag for e in events if e.HasField("summary") for v in e.summary.value}
+    assert {"env/info_right_share", "env/info_rights", "env/info_level"} <= tags
+    plot = os.path.join(os.path.dirname(sys.executable), "asyncrl-plot")
+    png = tmp_path / "share.png"
+    done = subprocess.run([plot, hooked_dir, "--metric", "info_right_share", "--out", str(png)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and png.stat().st_size > 1000, done.stderr
+    missing = subprocess.run([plot, hooked_dir, "--metric", "info_nothing"], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "has no 'info_nothing'" in missing.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -21,16 +21,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--x", choices=("frames", "time"), default="frames", help="x axis (default: frames)")
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write (default: %(default)s)")
+    parser.add_argument("--metric", default="episode_return_mean",
+                        help="metrics.jsonl key to plot, e.g. an env metric info_<key> (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         runs = [load_run(p) for p in args.run_dirs]
     except RunDirError as exc:
         print(f"asyncrl-plot: error: {exc}", file=sys.stderr)
         return 2
+    missing = [p for p, r in zip(args.run_dirs, runs) if not any(args.metric in rec for rec in r.records)]
+    if missing:
+        print(f"asyncrl-plot: error: {missing[0]} has no {args.metric!r} in metrics.jsonl; name a key it has",
+              file=sys.stderr)
+        return 2
     from asyncrl.diagnostics.plots import compare_runs
 
     try:
-        path = compare_runs(list(zip(labels(args.run_dirs), (r.records for r in runs))), args.x, args.out)
+        path = compare_runs(list(zip(labels(args.run_dirs), (r.records for r in runs))), args.x, args.out,
+                            args.metric)
     except OSError as exc:
         print(f"asyncrl-plot: error: cannot write {args.out} ({exc.strerror})", file=sys.stderr)
         return 2

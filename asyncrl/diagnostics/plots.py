@@ -135,12 +135,16 @@ def report_figures(records: Sequence[Record], out_dir: str, entropy_floor: float
     }
 
 
-def compare_runs(runs: Sequence[tuple[str, Sequence[Record]]], x: str, path: str) -> str:
-    """Learning curves of several runs on one figure; x is "frames" or "time"."""
+def compare_runs(runs: Sequence[tuple[str, Sequence[Record]]], x: str, path: str,
+                 metric: str = "episode_return_mean") -> str:
+    """Learning curves (or another metric, e.g. an env's `info_<key>`) of several runs on one figure; x is
+    "frames" or "time"."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for label, records in runs:
-        ax.plot(*_xy(records, "episode_return_mean", x), label=label)
-    ax.set(xlabel="frames" if x == "frames" else "seconds", ylabel="episode return", title="Learning curves")
+        ax.plot(*_xy(records, metric, x), label=label)
+    ylabel = "episode return" if metric == "episode_return_mean" else metric
+    ax.set(xlabel="frames" if x == "frames" else "seconds", ylabel=ylabel,
+           title="Learning curves" if metric == "episode_return_mean" else metric)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

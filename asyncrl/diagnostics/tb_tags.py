@@ -2,7 +2,8 @@
 
 `episode/` returns and lengths; `losses/` loss terms and gradients; `policy/` entropy, KL, clipping, learning
 rate, versions and staleness; `perf/` throughput, stage-time fractions and queue lengths; `sys/` CPU, memory and
-GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`);
+GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`); `env/`
+the env's own episode metrics (`info_<key>`);
 `replay/` the off-policy learners' replay and critic figures (buffer size, UTD, sample age, Q divergence).
 metrics.jsonl keeps the bare keys. Torch-free.
 """
@@ -23,7 +24,7 @@ EXACT = {
     "q_return_mean": "replay", "q_divergence": "replay",
     "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
 }
-PREFIXES = (("eval_", "eval"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),
+PREFIXES = (("eval_", "eval"), ("info_", "env"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),
             ("mem_", "sys"))
 SUFFIXES = (("_frac", "perf"),)
 FALLBACK = "sys"
