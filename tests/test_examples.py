@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
@@ -32,6 +34,7 @@ def test_custom_env_example_trains_and_plays_its_env(tmp_path: Path) -> None:
 
 
 def test_sac_mujoco_example_trains_and_evaluates(tmp_path: Path) -> None:
+    pytest.importorskip("mujoco", reason="the mujoco extra is not installed (pip install -e '.[mujoco]')")
     out = run([sys.executable, str(EXAMPLES / "sac_mujoco.py"), "--frames", "300", "--learning-starts", "200"],
               tmp_path)
     assert "stopped on frames" in out and "one greedy episode of" in out
