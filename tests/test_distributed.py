@@ -1,7 +1,10 @@
 """Data-parallel learners under torchrun, with real processes: 2 gloo ranks on this machine, launched as one
 node (`--nproc-per-node 2`) and as two nodes (two torchrun commands meeting at a c10d rendezvous).
 
-Each test is bounded by env steps (tiny CartPole settings) with generous wall-clock timeouts.
+The averaging itself is proved exactly on two gloo ranks of real learners on hand-made batches (the averaged
+gradients are the mean of the ranks' own, bit for bit); the torchrun runs are short and check that the group
+runs, stays identical, stops together, resumes and fails cleanly. Each is bounded by env steps (tiny CartPole
+settings) with generous wall-clock timeouts.
 """
 
 from __future__ import annotations
@@ -9,11 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -27,7 +33,9 @@ from asyncrl.runtime.distributed import CHECKSUMS_ENV, CHECKSUMS_FILE, rank_devi
 FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
          "--report-interval", "1"]
 UPDATE_STEPS = 2 * 256  # two ranks x the vector preset's batch
+SHORT_FRAMES = 6 * UPDATE_STEPS  # about 6 updates of the group
 TIMEOUT_S = 150.0
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -135,33 +143,56 @@ def test_two_ranks_of_sac_keep_a_replay_buffer_each_and_stay_identical(tmp_path:
     assert trained and trained[-1]["ranks"] == 2 and trained[-1]["utd_achieved"] == 1.0, trained[-1:]
 
 
-def test_two_ranks_one_node_stay_identical_and_learn_cartpole(tmp_path: Path, launches: list[Launch]) -> None:
-    """Two ranks of 8 envs with 128 samples each (the single-rank preset's global batch of 256) reach a mean
-    return of 475 within 150k env steps summed over the ranks, with identical parameters after every update."""
-    train_dir = tmp_path / "train"
+def test_gradients_are_averaged_exactly_and_the_counters_agreed(tmp_path: Path) -> None:
+    """Two gloo ranks, each a real APPO learner on its own batches (`tests/dist_rank_step.py`), through the
+    learner's hooks: rank 1 starts from rank 0's weights, every optimizer step applies exactly the mean of the two
+    ranks' gradients, the counters and the observation moments are pooled, and a non-finite loss on one rank makes
+    both skip the step."""
     port = free_port()
-    frames = 150_000
-    launch = single_node(port, ["--envs-per-worker", "8", "--batch-size", "128", "--frames", str(frames)], train_dir)
-    launches.append(launch)
-    code = launch.wait(timeout=400)
-    out = launch.output()
-    assert code == 0, out[-3000:]
-    run_dir = train_dir / "CartPole-v1"
-    assert_ranks_agree(run_dir)
-    assert "[rank 1] stopping (frames, agreed by all 2 ranks)" in out, out[-2000:]
-    assert "group: 2 workers, 16 envs, 256 samples per update" in out
-    records = read_metrics(str(run_dir))
-    assert records[-1]["ranks"] == 2
-    reached = [r["frames"] for r in records if (r.get("episode_return_mean") or 0) >= 475]
-    best = max((r.get("episode_return_mean") or 0) for r in records)
-    print(f"\n2 ranks, CartPole: mean return 475 first at {reached[:1]} total env steps, best {best:g}")
-    assert reached and reached[0] <= frames, f"best mean return {best:g} within {records[-1]['frames']:,} env steps"
-    # The final checkpoint counts both ranks' env steps (the stop came when their sum reached --frames).
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.dist_rank_step", str(rank), str(port), str(tmp_path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
     import torch
 
-    saved = torch.load(list_checkpoints(str(run_dir))[0], map_location="cpu", weights_only=False)["env_steps"]
-    rank0_alone = int(re.search(r"\[rank 0\] stopping .* after ([\d,]+) env steps", out).group(1).replace(",", ""))
-    assert saved >= frames > rank0_alone
+    r0, r1 = (torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1))
+
+    def same(a: list, b: list) -> bool:
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    assert not same(r0["before_join"], r1["before_join"])  # different seeds, different initial weights
+    assert same(r1["after_join"], r0["before_join"]) and same(r0["after_join"], r0["before_join"])
+    assert len(r0["steps"]) == len(r1["steps"]) == 4  # 2 epochs x 2 minibatches
+    for (local0, synced0), (local1, synced1) in zip(r0["steps"], r1["steps"], strict=True):
+        assert not same(local0, local1)  # each rank's own data
+        mean = [(a + b) * 0.5 for a, b in zip(local0, local1, strict=True)]
+        assert same(synced0, mean) and same(synced1, mean)  # bit for bit: the sum of two, halved
+    assert same(r0["after_train"], r1["after_train"]) and not same(r0["after_train"], r0["after_join"])
+    for r in (r0, r1):  # the runners' env steps and episodes and the trained samples summed, the rates averaged
+        assert (r["group_env_steps"], r["group_episodes"], r["ranks"]) == (3500, 18, 2), r
+        assert r["samples_trained"] == r0["local_trained"] + r1["local_trained"] > r["local_trained"]
+        assert r["lr"] == pytest.approx(2e-3)
+        # the observation moments pooled over both ranks' samples (the bootstrap rows excluded)
+        assert r["obs_count"] == pytest.approx(r0["local_trained"] + r1["local_trained"], abs=1e-3)
+    pooled = torch.cat([_rank_obs(0), _rank_obs(1)]).double().mean(0)
+    assert torch.equal(r0["obs_mean"], r1["obs_mean"])
+    torch.testing.assert_close(r0["obs_mean"], pooled, rtol=1e-6, atol=1e-6)
+    # a NaN loss on rank 1 only: both ranks skipped every step of that batch
+    assert r0["nonfinite_updates"] == r1["nonfinite_updates"] == 4
+    assert same(r0["after_nan"], r0["after_train"]) and same(r1["after_nan"], r1["after_train"])
+
+
+def _rank_obs(rank: int):
+    from tests.dist_rank_step import make_batch
+
+    return make_batch(seed=rank).obs[:-1].reshape(-1, 4)
 
 
 def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path: Path,
@@ -183,19 +214,59 @@ def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path:
     assert_ranks_agree(train_dir / "signmatch")
 
 
-def test_resume_continues_the_policy_version_on_both_ranks(tmp_path: Path, launches: list[Launch]) -> None:
+@dataclass
+class ShortRun:
+    """One finished 2-rank CartPole run of SHORT_FRAMES, shared by the tests that read it (read-only)."""
+
+    run_dir: Path
+    code: int
+    output: str
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShortRun]:
+    train_dir = tmp_path_factory.mktemp("short") / "train"
+    launch = single_node(free_port(), ["--frames", str(SHORT_FRAMES)], train_dir, "short")
+    try:
+        code = launch.wait()
+        yield ShortRun(train_dir / "CartPole-v1", code, launch.output())
+    finally:
+        launch.kill()
+
+
+def test_two_ranks_one_node_stay_identical_and_stop_together(short_run: ShortRun) -> None:
+    """The group runs (every process, both learners in one gloo group), keeps identical parameters after every
+    update, stops after the same update on an agreed --frames, and counts both ranks' env steps."""
+    out, run_dir = short_run.output, short_run.run_dir
+    assert short_run.code == 0, out[-3000:]
+    assert_ranks_agree(run_dir, min_updates=4)
+    assert "[rank 0] stopping (frames, agreed by all 2 ranks)" in out, out[-2000:]
+    assert "[rank 1] stopping (frames, agreed by all 2 ranks)" in out, out[-2000:]
+    assert "group: 2 workers, 8 envs, 512 samples per update" in out
+    records = read_metrics(str(run_dir))
+    assert records[-1]["ranks"] == 2 and records[-1]["env_steps"] >= SHORT_FRAMES
+    assert not (run_dir / "rank1" / "metrics.jsonl").exists()  # rank 0 writes the group's metrics
+    # The final checkpoint counts both ranks' env steps (the stop came when their sum reached --frames).
+    import torch
+
+    saved = torch.load(list_checkpoints(str(run_dir))[0], map_location="cpu", weights_only=False)["env_steps"]
+    rank0_alone = int(re.search(r"\[rank 0\] stopping .* after ([\d,]+) env steps", out).group(1).replace(",", ""))
+    assert saved >= SHORT_FRAMES > rank0_alone
+
+
+def test_resume_continues_the_policy_version_on_both_ranks(short_run: ShortRun, tmp_path: Path,
+                                                           launches: list[Launch]) -> None:
+    assert short_run.code == 0, short_run.output[-3000:]
     train_dir = tmp_path / "train"
     run_dir = train_dir / "CartPole-v1"
-    first = single_node(free_port(), ["--frames", str(6 * UPDATE_STEPS)], train_dir, "first")
-    launches.append(first)
-    assert first.wait() == 0, first.output()[-3000:]
+    shutil.copytree(short_run.run_dir, run_dir)  # the shared run stays as it ended
     saved = max(checksums(run_dir))  # the version of the last update is the one checkpointed
     assert list_checkpoints(str(run_dir))[0].endswith(f"ckpt_{saved:010d}.pt")
     steps_before = read_metrics(str(run_dir))[-1]["env_steps"]
     lines_before = [len(checksums(d)) for d in (run_dir, run_dir / "rank1")]
     # The first run overshoots its budget by however many steps the workers make while the ranks agree to stop
     # (up to twice it on a slow machine), so the second budget counts from where the first ended.
-    budget = steps_before + 6 * UPDATE_STEPS
+    budget = steps_before + SHORT_FRAMES
     second = single_node(free_port(), ["--frames", str(budget), "--resume"], train_dir, "second")
     launches.append(second)
     assert second.wait() == 0, second.output()[-3000:]
