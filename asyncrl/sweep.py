@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.config import Config
+from asyncrl.config import Config, ConfigError, check_applicable
 from asyncrl.settings_file import SettingsFileError, load_settings_file
 
 RESERVED = ("seed", "experiment", "train_dir", "resume")  # set by the sweep for each run
@@ -74,6 +74,16 @@ def _flags(values: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _check_applicable(base: dict[str, Any], grid: dict[str, Any]) -> None:
+    """Refuse, before any run starts, a flag that one of the sweep's --algo values does not read."""
+    given = [name for name in (*base, *grid) if name != "algo"]
+    for algo in grid.get("algo", [base.get("algo", Config.algo)]):
+        try:
+            check_applicable(str(algo), given)
+        except ConfigError as exc:
+            raise SweepError(str(exc)) from None
+
+
 def parse_sweep(data: Any, default_group: str) -> Sweep:
     """Check a loaded sweep file; one-line SweepError on anything wrong."""
     if not isinstance(data, dict):
@@ -89,6 +99,7 @@ def parse_sweep(data: Any, default_group: str) -> Sweep:
     for name, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SweepError(f"grid: {name} must be a non-empty list of values")
+    _check_applicable(base, grid)
     seeds = data.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                            for s in seeds):

@@ -84,3 +84,13 @@ def test_bench_refuses_quick_with_a_single_mode(capsys: pytest.CaptureFixture[st
     assert main(["--mode", "replay", "--quick"]) == 2
     assert capsys.readouterr().err.strip() == ("asyncrl-bench: error: --quick picks the short suite and does nothing "
                                                "with --mode; give --seconds and --repeats instead")
+
+
+def test_a_sweep_with_a_flag_its_algorithm_does_not_read_is_refused_before_any_run() -> None:
+    from asyncrl.sweep import SweepError, parse_sweep
+
+    with pytest.raises(SweepError, match="--epochs applies to --algo appo only, not sac"):
+        parse_sweep({"base": {"env": "Pendulum-v1", "epochs": 2}, "grid": {"algo": ["appo", "sac"]}}, "g")
+    with pytest.raises(SweepError, match="--tau applies to --algo sac, td3, redq only, not appo"):
+        parse_sweep({"base": {"env": "Pendulum-v1"}, "grid": {"tau": [0.01, 0.02]}}, "g")
+    assert parse_sweep({"base": {"env": "Pendulum-v1", "algo": "sac"}, "grid": {"tau": [0.01]}}, "g").grid
