@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncrl.envs.base import MASK_KEY
 from asyncrl.policy import LoadedRun, PolicyHead, PolicyLoadError, load_run_policy
 
 FORMATS = ("torchscript", "onnx")
@@ -54,7 +55,9 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
         inputs: dict[str, Any] = {
             "name": "obs", "type": "dict",
             "keys": [{"name": k.key, "shape": ["N", *k.shape], "dtype": np.dtype(k.dtype).name,
-                      "meaning": "image, channels first" if k.image else "vector"} for k in spec.obs_keys],
+                      "meaning": "image, channels first" if k.image else
+                      "allowed actions (1 = allowed): masks the logits" if k.key == MASK_KEY else "vector"}
+                     for k in spec.obs_keys],
             "meaning": "a dict of raw observations, one tensor per key (TorchScript); ONNX takes one input per "
                        "key, named after it, in this order"}
     else:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic, MultiCategorical, greedy_actions
+from asyncrl.models.actor_critic import ActorCritic, MultiCategorical, apply_action_mask, greedy_actions
 
 if TYPE_CHECKING:
     from asyncrl.learners.base import ActingHead
@@ -77,7 +77,8 @@ class PolicyHead(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.dict_obs:
-            return self.policy_head(self.encoder(self._normalized_dict(obs)))
+            logits = self.policy_head(self.encoder(self._normalized_dict(obs)))
+            return apply_action_mask(logits, obs) if self.spec.masked else logits
         if self.normalize:
             x = obs.float()
             obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)

@@ -51,3 +51,45 @@ class RightSteps(gym.Env):
 
 def make_right_steps(text_metric: bool = False) -> gym.Env:
     return RightSteps(text_metric)
+
+
+class MaskedChoice(gym.Env):
+    """Each step allows 2 of 4 actions (`action_mask`, 1 = allowed); a forbidden action ends the episode at once
+    with -1 and counts a violation. Choosing the highest allowed action pays 1, the other allowed one 0. Episodes
+    last 20 steps when nothing forbidden is chosen; `state` repeats the mask, since the mask itself never
+    reaches the encoder. `box_action` / `mask_size` make the two kinds of bad mask."""
+
+    LENGTH = 20
+
+    def __init__(self, box_action: bool = False, mask_size: int = 4, multi_binary: bool = False) -> None:
+        mask_space = (gym.spaces.MultiBinary(mask_size) if multi_binary
+                      else gym.spaces.Box(0, 1, (mask_size,), np.int8))
+        self.observation_space = gym.spaces.Dict({"state": gym.spaces.Box(0.0, 1.0, (4,), np.float32),
+                                                  "action_mask": mask_space})
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32) if box_action else gym.spaces.Discrete(4)
+        self.t = 0
+        self.mask = np.zeros(4, dtype=np.int8)
+
+    def _obs(self) -> dict:
+        self.mask[:] = 0
+        self.mask[self.np_random.choice(4, size=2, replace=False)] = 1
+        return {"state": self.mask.astype(np.float32), "action_mask": self.mask.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        action = int(action)
+        forbidden = not self.mask[action]
+        best = int(np.flatnonzero(self.mask)[-1])
+        reward = -1.0 if forbidden else float(action == best)
+        done = forbidden or self.t >= self.LENGTH
+        info = {"episode_extra_stats": {"violations": float(forbidden)}} if done else {}
+        return self._obs(), reward, done, False, info
+
+
+def make_masked_choice(**kwargs) -> gym.Env:
+    return MaskedChoice(**kwargs)

@@ -37,6 +37,9 @@ class ObsKey:
         return len(self.shape) == 3
 
 
+MASK_KEY = "action_mask"  # a Dict observation's key of allowed actions (1 = allowed), as Sample Factory and PettingZoo
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What the buffers and the model need to know about an env.
@@ -56,6 +59,16 @@ class EnvSpec:
     @property
     def is_dict(self) -> bool:
         return bool(self.obs_keys)
+
+    @property
+    def masked(self) -> bool:
+        """Its Dict observation has an `action_mask`: the policy never picks an action the mask forbids."""
+        return any(k.key == MASK_KEY for k in self.obs_keys)
+
+    @property
+    def feature_keys(self) -> tuple[ObsKey, ...]:
+        """The Dict keys the encoder reads: all but the action mask."""
+        return tuple(k for k in self.obs_keys if k.key != MASK_KEY)
 
     @property
     def has_image(self) -> bool:

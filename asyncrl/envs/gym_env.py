@@ -12,7 +12,17 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, EnvSpec, EpisodeStats, ObsKey, VecEnv, episode_extras
+from asyncrl.envs.base import (
+    MASK_KEY,
+    EnvBroken,
+    EnvError,
+    EnvFault,
+    EnvSpec,
+    EpisodeStats,
+    ObsKey,
+    VecEnv,
+    episode_extras,
+)
 
 SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
              "1-D MultiDiscrete or 1-D Box action spaces - see docs/custom-envs.md")
@@ -37,9 +47,13 @@ def gym_env_spec(name: str, env: gym.Env) -> EnvSpec:
         raise EnvError(f"env {name!r} has a {' '.join(str(act_space).split())} action space; {SUPPORTED}")
     if is_dict:
         keys = tuple(dict_obs_key(name, key, space) for key, space in obs_space.spaces.items())
-        if not keys:
-            raise EnvError(f"env {name!r} has an empty Dict observation space; {DICT_SUPPORTED}")
-        return EnvSpec(name, (), np.dtype(np.float32), act_space, frameskip=1, obs_keys=keys)
+        if not [k for k in keys if k.key != MASK_KEY]:
+            raise EnvError(f"env {name!r} has a Dict observation space with nothing but an action mask; "
+                           f"{DICT_SUPPORTED}")
+        spec = EnvSpec(name, (), np.dtype(np.float32), act_space, frameskip=1, obs_keys=keys)
+        if spec.masked:
+            check_action_mask(spec)
+        return spec
     shape, dtype, channels_last = _box_layout(obs_space)
     return EnvSpec(name, shape, dtype, act_space, frameskip=1, channels_last=channels_last)
 
@@ -55,11 +69,26 @@ def _box_layout(space: gym.spaces.Box) -> tuple[tuple[int, ...], np.dtype, bool]
     return shape, dtype, channels_last
 
 
+def check_action_mask(spec: EnvSpec) -> None:
+    """An `action_mask` must cover a Discrete or MultiDiscrete action's logits one for one; else EnvError."""
+    if not (spec.discrete or spec.multi_discrete):
+        raise EnvError(f"env {spec.name!r} has an {MASK_KEY!r} observation but a "
+                       f"{type(spec.action_space).__name__} action space; masks apply to Discrete and MultiDiscrete "
+                       f"actions only (drop the key or rename it)")
+    mask = next(k for k in spec.obs_keys if k.key == MASK_KEY)
+    if mask.shape != (spec.num_actions,):
+        what = "one per action" if spec.discrete else "one per choice of each component, sum(nvec)"
+        raise EnvError(f"env {spec.name!r} has an {MASK_KEY!r} of shape {mask.shape}; it needs "
+                       f"({spec.num_actions},): {what}")
+
+
 def dict_obs_key(name: str, key: object, space: gym.spaces.Space) -> ObsKey:
     """One Dict entry: a 3-D Box image (uint8 or float) or a 1-D Box vector (stored as float32); else EnvError."""
     if not isinstance(key, str) or not key or "." in key or "/" in key:
         raise EnvError(f"env {name!r} has a Dict observation key {key!r}; keys must be non-empty strings without "
                        f"'.' or '/'")
+    if key == MASK_KEY and isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return ObsKey(key, tuple(space.shape), np.dtype(np.float32))
     if isinstance(space, gym.spaces.Box) and len(space.shape) in (1, 3):
         shape, dtype, channels_last = _box_layout(space)
         if len(shape) == 1:

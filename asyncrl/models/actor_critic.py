@@ -11,7 +11,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from asyncrl.algo.normalizers import RunningMeanStd
-from asyncrl.envs.base import EnvSpec
+from asyncrl.envs.base import MASK_KEY, EnvSpec
 from asyncrl.models.encoders import MLP, DictEncoder, NatureCNN
 from asyncrl.models.obs import Obs
 
@@ -49,6 +49,11 @@ class MultiCategorical(Distribution):
     @property
     def mode(self) -> torch.Tensor:
         return self.log_probs.argmax(-1)
+
+
+def apply_action_mask(logits: torch.Tensor, obs: Obs) -> torch.Tensor:
+    """Logits with every action the observation's `action_mask` forbids (0) set to a probability of 0."""
+    return logits.masked_fill(obs[MASK_KEY] < 0.5, PAD_LOGIT)
 
 
 def greedy_actions(policy_out: torch.Tensor, spec: EnvSpec) -> torch.Tensor:
@@ -96,8 +101,9 @@ class ActorCritic(nn.Module):
         self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
         image = len(spec.obs_shape) == 3
         self.dict_obs = spec.is_dict
+        self.masked = spec.masked  # an `action_mask` key: masks the logits, never reaches the encoder
         if spec.is_dict:
-            self.encoder = DictEncoder(spec.obs_keys, hidden_size)
+            self.encoder = DictEncoder(spec.feature_keys, hidden_size)
             self.value_encoder = None
         elif image:
             self.encoder: nn.Module = NatureCNN(*spec.obs_shape)
@@ -112,7 +118,7 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.obs_normalizer: nn.Module | None = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
         if spec.is_dict:  # vector keys only
-            vectors = {k.key: RunningMeanStd(k.shape) for k in spec.obs_keys if not k.image}
+            vectors = {k.key: RunningMeanStd(k.shape) for k in spec.feature_keys if not k.image}
             self.obs_normalizer = nn.ModuleDict(vectors) if normalize_obs and vectors else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
         for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
@@ -126,7 +132,10 @@ class ActorCritic(nn.Module):
         obs = self._normalized(obs)
         if self.dict_obs:
             features, value_features = self.encoder.both(obs, self.compute_dtype)
-            return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+            logits = self.policy_head(features)
+            if self.masked:
+                logits = apply_action_mask(logits, obs)
+            return logits, self.value_head(value_features).squeeze(-1)
         features = self._encode(self.encoder, obs)
         value_features = features if self.value_encoder is None else self._encode(self.value_encoder, obs)
         return self.policy_head(features), self.value_head(value_features).squeeze(-1)
@@ -174,6 +183,8 @@ class ActorCritic(nn.Module):
         ones.
         """
         out = self.policy_head(self._encode(self.encoder, self._normalized(obs)))  # acting needs no value
+        if self.masked:
+            out = apply_action_mask(out, obs)
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
             actions = gumbel_argmax(logp_all)

@@ -1,0 +1,110 @@
+"""Action masks: a Dict observation's `action_mask` (1 = allowed) masks the logits wherever an action is chosen
+or scored - the policy workers from the run's first step, the learner's log-probs and entropy, load_policy and
+export - and never reaches the encoder."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+from asyncrl.diagnostics.metrics import read_metrics
+from tests.hook_envs import MaskedChoice
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
+         "--device", "cpu"]
+FRAMES = 20_000
+
+
+def _env() -> dict[str, str]:
+    """This process's environment with tests/ importable, so `hook_envs:...` resolves in the tools."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+
+
+def train(train_dir, *args: str) -> subprocess.CompletedProcess:
+    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-train")
+    return subprocess.run([script, "--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args],
+                          capture_output=True, text=True, timeout=300, env=_env())
+
+
+@pytest.fixture(scope="module")
+def masked_run(tmp_path_factory) -> str:
+    train_dir = tmp_path_factory.mktemp("masks")
+    proc = train(train_dir, "--env", "hook_envs:make_masked_choice", "--frames", str(FRAMES))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return os.path.join(train_dir, "run")
+
+
+def test_a_masked_action_is_never_taken_from_the_first_step(masked_run: str) -> None:
+    records = [r for r in read_metrics(masked_run) if r.get("episodes")]
+    assert records
+    for r in records:  # a random unmasked policy picks a forbidden action half the time: episodes of ~2 steps
+        assert r["info_violations"] == 0.0 and r["episode_len_mean"] == MaskedChoice.LENGTH, r
+
+
+def test_the_learner_scores_with_the_mask(masked_run: str) -> None:
+    entropies = [r["entropy"] for r in read_metrics(masked_run) if r.get("entropy") is not None]
+    # Two allowed actions of four: at most log 2 (0.69), where unmasked logits would give about log 4 (1.39).
+    assert entropies and max(entropies) <= math.log(2) + 1e-3, entropies
+    returns = [r["episode_return_mean"] for r in read_metrics(masked_run) if r.get("episode_return_mean")]
+    assert returns[-1] > returns[0]  # picking the higher allowed action is learned (random: 10 of 20)
+
+
+def _play(act, steps: int = 300) -> int:
+    """Forbidden actions a policy `act(obs dict of arrays [1, ...]) -> action` picks in `steps` steps."""
+    env = MaskedChoice()
+    obs, _ = env.reset(seed=3)
+    forbidden = 0
+    for _ in range(steps):
+        action = int(act({k: v[None] for k, v in obs.items()}))
+        forbidden += not obs["action_mask"][action]
+        obs, _, done, _, _ = env.step(action)
+        if done:
+            obs, _ = env.reset()
+    return forbidden
+
+
+def test_load_policy_and_exports_respect_the_mask(masked_run: str, tmp_path) -> None:
+    greedy = asyncrl.load_policy(masked_run)
+    sampled = asyncrl.load_policy(masked_run, sample=True)
+    assert _play(lambda o: greedy(o)[0]) == 0 and _play(lambda o: sampled(o)[0]) == 0
+    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-export")
+    for fmt, name in (("torchscript", "policy.pt"), ("onnx", "policy.onnx")):
+        done = subprocess.run([script, masked_run, "--format", fmt, "--out", str(tmp_path / name)],
+                              capture_output=True, text=True, timeout=300, env=_env())
+        assert done.returncode == 0, done.stderr[-2000:]
+    scripted = torch.jit.load(str(tmp_path / "policy.pt"))
+
+    def torchscript(o: dict) -> int:
+        logits = scripted({k: torch.as_tensor(v).float() if k == "action_mask" else torch.as_tensor(v)
+                           for k, v in o.items()})
+        return int(logits.argmax(-1)[0])
+
+    assert _play(torchscript) == 0
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"))
+    names = [i.name for i in session.get_inputs()]
+
+    def onnx(o: dict) -> int:
+        return int(np.argmax(session.run(None, {n: o[n].astype(np.float32) for n in names})[0], -1)[0])
+
+    assert _play(onnx) == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ('{"box_action": true}', "masks apply to Discrete and MultiDiscrete actions only"),
+    ('{"mask_size": 3}', "it needs (4,): one per action"),
+])
+def test_a_bad_mask_is_one_line_exit_2(tmp_path, kwargs: str, message: str) -> None:
+    proc = train(tmp_path, "--env", "hook_envs:make_masked_choice", "--env-kwargs", kwargs, "--frames", "1000")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
