@@ -55,6 +55,11 @@ fits() {  # ESTIMATE_S: true when the path is expected to end within the budget
     [ $(( $(date +%s) - START + $1 )) -le "$BUDGET_S" ]
 }
 
+cap() {  # LIMIT_S: the path's own timeout, cut so that no path ends later than 20 s past the budget
+    local left=$(( BUDGET_S + 20 - $(date +%s) + START ))
+    [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+
 # ----- set-up: the machine's torch, asyncrl from this checkout, the other packages from the wheels -----
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -79,14 +84,16 @@ print(int(n > 0), n, torch.__version__, torch.cuda.get_device_name(0) if n else 
     say INFO setup "python $("$PY" -c 'import platform; print(platform.python_version())'), torch $GPU, $GPUS GPU(s), $(nproc) cores"
 fi
 
-if [ "$REHEARSAL" = 1 ]; then  # the plumbing on the CPU: small and short (a 2-core machine runs it in ~4 minutes)
-    DEV=cpu; PONG_WORKERS=2; T_CART=20; T_PONG=15; T_SAC=20; BUDGET_S="${GPU_CHECK_BUDGET_S:-900}"
+if [ "$REHEARSAL" = 1 ]; then  # the plumbing on the CPU: small and short (7-8 minutes on a 2-core machine)
+    DEV=cpu; PONG_WORKERS=2; PONG_LAYOUT=(--envs-per-worker 4 --rollout 16 --batch-size 128); T_CART=20; T_PONG=30
+    T_SAC=20; RESUME_FRAMES=10000; BUDGET_S="${GPU_CHECK_BUDGET_S:-900}"
 else
-    DEV=cuda; PONG_WORKERS=16; T_CART=35; T_PONG=35; T_SAC=40
+    DEV=cuda; PONG_WORKERS=16; PONG_LAYOUT=(); T_CART=35; T_PONG=35; T_SAC=40; RESUME_FRAMES=30000
 fi
 if [ "$CUDA" = 0 ] && [ "$REHEARSAL" = 0 ]; then
-    for path in cartpole-appo pong-appo pong-bf16 resume sac-per load-policy enjoy export notebook-fork \
-                nccl-2-ranks pong-fps-default pong-fps-1-learner-thread cuda-tensors; do
+    for path in cartpole-appo resume load-policy-cuda load-policy-no-gpu enjoy-cuda enjoy-no-gpu-auto \
+                export-torchscript-no-gpu export-onnx notebook-refused notebook-nvml-trains cuda-tensors sac-per \
+                pong-fps-default pong-fps-1-learner-thread pong-bf16 nccl-2-ranks; do
         say SKIP "$path" "no CUDA device here (--cpu-rehearsal runs the paths on the CPU)"
     done
     exit 0
@@ -96,18 +103,20 @@ TAG=""; [ "$REHEARSAL" = 1 ] && TAG=" [cpu rehearsal]"
 # ----- helpers -----
 FIG="$OUT/figures.py"
 [ "$DRY" = 1 ] || cat > "$FIG" <<'EOF'
-"""figures RUN_DIR: frames, median frames/s after the first two records (start-up, warm-up), last mean return;
-exit 1 if the run trained nothing or saved no checkpoint."""
+"""figures RUN_DIR [SKIP]: frames, median frames/s after the first two records (start-up, warm-up) of this
+run (SKIP: records an earlier run of the experiment wrote), last mean return; exit 1 if this run trained
+nothing or the experiment has no checkpoint."""
 import glob, json, os, statistics, sys
 
-run = sys.argv[1]
-records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.startswith("{")]
-frames = max((r.get("frames", 0) for r in records), default=0)
+run, skip = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
+every = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.startswith("{")]
+records, before = every[skip:], max((r.get("frames", 0) for r in every[:skip]), default=0)
+frames = max(0, max((r.get("frames", 0) for r in records), default=0) - before)
 fps = [r["fps"] for r in records[2:] if r.get("fps")] or [r["fps"] for r in records if r.get("fps")]
 ret = next((r["episode_return_mean"] for r in reversed(records) if r.get("episode_return_mean") is not None), None)
 ckpts = glob.glob(os.path.join(run, "checkpoints", "ckpt_*.pt"))
 ret_text = "-" if ret is None else f"{ret:.1f}"
-print(f"{frames:,} frames, {statistics.median(fps) if fps else 0:,.0f} frames/s (median), return {ret_text}, "
+print(f"{frames:,} frames{f' after {before:,}' if before else ''}, {statistics.median(fps) if fps else 0:,.0f} frames/s (median), return {ret_text}, "
       f"{len(ckpts)} checkpoint(s)")
 sys.exit(0 if frames > 0 and ckpts else 1)
 EOF
@@ -119,9 +128,9 @@ train() {  # NAME ESTIMATE_S TIMEOUT_S -- asyncrl-train flags: trains into OUT/r
     if [ "$DRY" = 1 ]; then say PLAN "$name" "${cmd[*]}"; return 0; fi
     if ! fits "$est"; then say SKIP "$name" "out of the ${BUDGET_S} s budget"; return 0; fi
     local t0=$SECONDS
-    if timeout "$limit" "${cmd[@]}" > "$OUT/$name.log" 2>&1; then
+    if timeout "$(cap "$limit")" "${cmd[@]}" > "$OUT/$name.log" 2>&1; then
         local fig
-        if fig=$("$PY" "$FIG" "$OUT/runs/$exp" 2>&1); then
+        if fig=$("$PY" "$FIG" "$OUT/runs/$exp" "${FIG_SKIP:-0}" 2>&1); then
             say PASS "$name" "$fig in $((SECONDS - t0)) s$TAG"
         else
             say FAIL "$name" "$fig (see $OUT/$name.log)"
@@ -136,7 +145,7 @@ check() {  # NAME ESTIMATE_S TIMEOUT_S ENV COMMAND...: PASS with the command's l
     if [ "$DRY" = 1 ]; then say PLAN "$name" "${env:+$env }$*"; return 0; fi
     if ! fits "$est"; then say SKIP "$name" "out of the ${BUDGET_S} s budget"; return 0; fi
     local t0=$SECONDS
-    if env $env timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then
+    if env $env timeout "$(cap "$limit")" "$@" > "$OUT/$name.log" 2>&1; then
         say PASS "$name" "$(tail -1 "$OUT/$name.log" | cut -c1-200) ($((SECONDS - t0)) s)$TAG"
     else
         say FAIL "$name" "exit $?: $(tail -1 "$OUT/$name.log" | cut -c1-200) (see $OUT/$name.log)"
@@ -150,7 +159,9 @@ train cartpole-appo $((T_CART + 25)) 150 -- --env CartPole-v1 --device "$DEV" --
 # resume on CUDA: 30,000 more frames from the checkpoint (the optimizer's and generators' states come back)
 if [ "$DRY" = 1 ] || [ -d "$CART/checkpoints" ]; then
     FRAMES=$([ "$DRY" = 1 ] && echo 0 || "$PY" -c "import json,sys; print(max(json.loads(l).get('frames', 0) for l in open(sys.argv[1])))" "$CART/metrics.jsonl" 2>/dev/null || echo 0)
-    RUN_AS=cartpole-appo train resume 30 120 -- --env CartPole-v1 --device "$DEV" --resume --frames $((FRAMES + 30000)) --seconds 0
+    RECORDS=$([ "$DRY" = 1 ] && echo 0 || grep -c . "$CART/metrics.jsonl")
+    RUN_AS=cartpole-appo FIG_SKIP=$RECORDS train resume 30 120 -- --env CartPole-v1 --device "$DEV" --resume \
+        --frames $((FRAMES + RESUME_FRAMES)) --seconds 0
     [ "$DRY" = 1 ] || grep -q "resumed from" "$OUT/resume.log" || say FAIL resume "no 'resumed from' line in $OUT/resume.log"
 else
     say SKIP resume "cartpole-appo left no checkpoint"
@@ -167,8 +178,9 @@ if [ "$DRY" = 1 ] || [ -d "$CART/checkpoints" ]; then
     check load-policy-no-gpu 20 60 "CUDA_VISIBLE_DEVICES=" "$PY" -c "$POLICY_EPISODE" "$CART" cpu
     check enjoy-$DEV 20 60 "" "$PY" -m asyncrl.cli.enjoy "$CART" --episodes 2 --device "$DEV"
     check enjoy-no-gpu-auto 20 60 "CUDA_VISIBLE_DEVICES=" "$PY" -m asyncrl.cli.enjoy "$CART" --episodes 2 --device auto
-    check export-torchscript-no-gpu 20 90 "CUDA_VISIBLE_DEVICES=" "$PY" -m asyncrl.cli.export "$CART" --format torchscript --out "$OUT/policy.pt"
-    check export-onnx 30 120 "" "$PY" -m asyncrl.cli.export "$CART" --format onnx --out "$OUT/policy.onnx"
+    EXPORT='"$0" -m asyncrl.cli.export "$1" --format "$2" --out "$3" && stat -c "%n: %s bytes" "$3"'
+    check export-torchscript-no-gpu 20 90 "CUDA_VISIBLE_DEVICES=" bash -c "$EXPORT" "$PY" "$CART" torchscript "$OUT/policy.pt"
+    check export-onnx 30 120 "" bash -c "$EXPORT" "$PY" "$CART" onnx "$OUT/policy.onnx"
 else
     say SKIP load-policy "cartpole-appo left no checkpoint"
 fi
@@ -188,7 +200,7 @@ if [ "$DRY" = 1 ]; then
 elif [ "$REHEARSAL" = 1 ]; then
     say SKIP notebook-refused "needs the CUDA driver (a CPU torch never loads it)"
 elif fits 20; then
-    env PYTORCH_NVML_BASED_CUDA_CHECK=0 timeout 60 "$PY" -c "$NOTEBOOK" cuda "$OUT/runs" notebook-refused > "$OUT/notebook-refused.log" 2>&1
+    env PYTORCH_NVML_BASED_CUDA_CHECK=0 timeout "$(cap 60)" "$PY" -c "$NOTEBOOK" cuda "$OUT/runs" notebook-refused > "$OUT/notebook-refused.log" 2>&1
     rc=$?
     if [ $rc = 3 ] && grep -q "PYTORCH_NVML_BASED_CUDA_CHECK=1" "$OUT/notebook-refused.log"; then
         say PASS notebook-refused "refused in one line naming PYTORCH_NVML_BASED_CUDA_CHECK=1"
@@ -220,11 +232,11 @@ check cuda-tensors 15 60 "" "$PY" -c "$TENSORS" "$DEV"
 
 train sac-per $((T_SAC + 20)) 150 -- --env Pendulum-v1 --algo sac --per --device "$DEV" --seconds "$T_SAC" --checkpoint-interval 10
 
-# Pong: APPO on CUDA with 16 workers and the default learner threads (also the frames/s figure), then with one
-# learner thread, then bf16
-train pong-fps-default $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" --seconds "$T_PONG" --checkpoint-interval 15
-train pong-fps-1-learner-thread $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" --learner-threads 1 --seconds "$T_PONG" --checkpoint-interval 15
-train pong-bf16 $((T_PONG + 20)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" --precision bf16 --seconds $((T_PONG - 10)) --checkpoint-interval 10
+# Pong: APPO on CUDA with 16 workers and the default learner threads (the "Pong APPO on CUDA" path and its
+# frames/s figure), then with one learner thread, then bf16
+train pong-fps-default $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --seconds "$T_PONG" --checkpoint-interval 15
+train pong-fps-1-learner-thread $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --learner-threads 1 --seconds "$T_PONG" --checkpoint-interval 15
+train pong-bf16 $((T_PONG + 20)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --precision bf16 --seconds $((T_PONG - 10)) --checkpoint-interval 10
 
 # 2-rank NCCL with both normalisers (the mujoco preset's): NCCL takes one GPU per rank
 if [ "$DRY" = 0 ] && { [ "$REHEARSAL" = 1 ] || [ "${GPUS:-0}" -lt 2 ]; }; then

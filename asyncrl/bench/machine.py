@@ -9,11 +9,10 @@ from typing import Any
 
 
 def usable_cpus() -> int:
-    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """Cores this process may run on: the affinity mask (containers, taskset), capped by a cgroup CPU quota."""
+    from asyncrl.runtime.cpus import usable_cpus as cores
+
+    return cores()
 
 
 def cpu_model() -> str:
