@@ -227,7 +227,13 @@ state = {k: (v.to(dev) if torch.is_tensor(v) else v) for k, v in rng_state().ite
 expected = torch.rand(3); load_rng_state(state); assert torch.equal(torch.rand(3), expected)
 devices = {b.device.type for b in PolicyHead(learner.model, spec).buffers()}
 assert devices == {dev.type}, devices
-print(f"moment vector of {delta.numel()} on {delta.device}; RNG restored from {dev.type}; head buffers on {devices}")'
+gpu_rng = "no CUDA generator"
+if dev.type == "cuda":  # the CUDA generators are saved once CUDA is in use, and restored
+    saved = rng_state(); drawn = torch.rand(3, device=dev); load_rng_state(saved)
+    assert "cuda_rng" in saved and torch.equal(torch.rand(3, device=dev), drawn)
+    gpu_rng = f"{len(saved['cuda_rng'])} CUDA generator(s) restored"
+print(f"moment vector of {delta.numel()} on {delta.device}; CPU RNG restored from {dev.type}; {gpu_rng}; "
+      f"head buffers on {devices}")'
 check cuda-tensors 15 60 "" "$PY" -c "$TENSORS" "$DEV"
 
 train sac-per $((T_SAC + 20)) 150 -- --env Pendulum-v1 --algo sac --per --device "$DEV" --seconds "$T_SAC" --checkpoint-interval 10
