@@ -155,8 +155,9 @@ def test_checkpoint_state_loads_with_weights_only(tmp_path) -> None:
     assert all(torch.equal(a, b) for a, b in zip(flat_state(other.actor), flat_state(learner.actor)))
 
 
+# SAC's end-to-end run, with the Q-divergence check and asyncrl-diagnose's replay section, is the learning run of
+# tests/test_off_policy_checkpoints.py (test_sac_run_writes_finite_losses_and_a_diagnosis).
 @pytest.mark.parametrize(("algo", "args"), [
-    ("sac", ["--frames", "3000", "--learning-starts", "500", "--hidden-size", "64"]),
     ("redq", ["--frames", "400", "--learning-starts", "300", "--hidden-size", "64"]),  # utd 20
     ("td3", ["--frames", "1000", "--learning-starts", "300"]),
 ])
@@ -168,19 +169,6 @@ def test_end_to_end_run_writes_finite_losses(algo: str, args: list[str], tmp_pat
     last = records[-1]
     assert math.isfinite(last["critic_loss"]) and math.isfinite(last["alpha"]) and last["updates"] > 0
     assert last["utd_achieved"] > 0
-    if algo == "sac":  # 8 envs x 375 steps: each finished a 200-step episode, so the Q check has returns
-        checked = [r for r in records if r.get("q_divergence") is not None]
-        assert checked, "no record with the Q-divergence check"
-        assert all(math.isfinite(r[k]) for r in checked for k in ("q_mean", "q_return_mean", "q_divergence"))
-        assert all(math.isfinite(last[f"learner_{s}_frac"]) for s in ("insert", "sample", "update"))
-        from asyncrl.cli import diagnose
-
-        assert diagnose.main([str(run.run_dir)]) == 0
-        report = (run.run_dir / "diagnosis.md").read_text()
-        assert "## Replay and critics" in report
-        for key in ("utd_achieved", "replay_size", "sample_age_mean", "q_divergence"):
-            row = next(line for line in report.splitlines() if f"(`{key}`)" in line)
-            assert "| - |" not in row, row
 
 
 @pytest.mark.parametrize(("env", "algo", "message"), [
