@@ -1,4 +1,6 @@
-"""The Python API: asyncrl.train() from a plain script trains like asyncrl-train; load_policy plays the result."""
+"""The Python API: asyncrl.train() from a plain script trains like asyncrl-train; load_policy plays the result.
+
+The module's one CartPole run is also the suite's check that the default settings (the vector preset) learn."""
 
 from __future__ import annotations
 
@@ -24,8 +26,16 @@ from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import train_command
 
 ROOT = Path(__file__).resolve().parent.parent
-FRAMES = 150_000  # as tests/test_e2e.py's CartPole run
-TARGET = 400.0  # learning, with margin: one asynchronous run peaked at a mean return of 424 within FRAMES
+# The learning bar, a 100-episode mean return within FRAMES env steps (the stop is --frames; wall-clock limits
+# only catch a hung run). A random policy scores 22.7 on average (5-95 %: 11-47) and always-left 9.4, so the bar
+# is 13x random. Healthy runs go far past it: on the idle machine 475 after 73k-125k env steps; with the 2 cores
+# loaded 5-15x by other jobs, 300 after 39k, 54k and 57k in three runs; the weakest loaded run on record peaked
+# at 424.
+FRAMES = 150_000
+TARGET = 300.0
+# The final policy played greedily, mean of 3 episodes: random 22.7, always-left 9.4; healthy runs play 500 in
+# every episode, even one stopped at 62k env steps with a 100-episode mean of 332.
+GREEDY_TARGET = 400.0
 
 SCRIPT = """\
 import json
@@ -70,8 +80,17 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     assert run_dir == trained.train_dir / "cp" and result["exit_code"] == 0 and result["stop_reason"] == "frames"
     records = read_metrics(str(run_dir))
     assert result["metrics"] == records[-1] and records[-1]["frames"] >= FRAMES  # the tail has its record
-    best = max(r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None)
-    assert best >= TARGET, f"best mean return {best}"
+    scored = [r for r in records if r.get("episode_return_mean") is not None]
+    best = max(scored, key=lambda r: r["episode_return_mean"])
+    reached = next((r for r in scored if r["episode_return_mean"] >= TARGET), None)
+    assert reached, f"mean return never reached {TARGET} within {FRAMES:,} env steps (best {best})"
+    print(f"\nCartPole-v1: mean return {TARGET:g} first at {reached['env_steps']:,} env steps "
+          f"({reached['time']:.1f} s), best {best['episode_return_mean']:.1f} at {best['env_steps']:,}")
+    # within the budget: --frames stopped the run at most two seconds of sampling past it
+    assert reached["env_steps"] <= FRAMES + 2 * max(r["sps"] for r in records)
+    # Returns are capped at 500, so a 100-game mean m leaves the newest 20 games at least 500 - 100 x (500 - m) / 20.
+    last20, m = best.get("episode_return_mean_20"), best["episode_return_mean"]
+    assert last20 is not None and 500 - 5 * (500 - m) - 1e-6 <= last20 <= 500, best
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["report_interval"] == 1.0 and saved["batch_size"] == 256  # the file's value and the preset's
     cli = subprocess.run([*train_command(), "--env", "CartPole-v1", "--frames", str(FRAMES), "--report-interval",
@@ -121,7 +140,7 @@ def test_a_loaded_policy_balances_the_pole(trained: TrainedRun) -> None:
             done = terminated or truncated
         scores.append(score)
     env.close()
-    assert np.mean(scores) > 400, scores
+    assert np.mean(scores) > GREEDY_TARGET, scores
 
 
 @pytest.mark.parametrize("env", ["Pendulum-v1", "atari_pong"])
@@ -209,9 +228,10 @@ def test_a_failed_run_raises_training_failed(tmp_path: Path) -> None:
         from tests.faults import _plant_learner_fault
 
         if __name__ == "__main__":
-            _plant_learner_fault("learner_raise")  # the forked learner raises after 20 updates
+            _plant_learner_fault("learner_raise")  # the forked learner raises after 20 updates (small ones)
             try:
-                asyncrl.train(env="CartPole-v1", seconds=120, train_dir=sys.argv[1], experiment="f")
+                asyncrl.train(env="CartPole-v1", seconds=120, train_dir=sys.argv[1], experiment="f", workers=1,
+                              envs_per_worker=4, rollout=8, batch_size=32, minibatches=1, epochs=1)
             except asyncrl.TrainingFailed as exc:
                 print("FAILED", exc.result.exit_code, exc.result.run_dir, exc)
     """)

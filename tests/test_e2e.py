@@ -1,6 +1,8 @@
-"""End to end, with real processes and no mocks: learning, a 32-worker Atari run with Ctrl-C, and --resume.
+"""End to end, with real processes and no mocks: a 32-worker Atari run with Ctrl-C, and --resume.
 
-Run with `pytest -s tests/test_e2e.py` to see the measured figures (time to first frames, RSS, learning speed).
+CartPole learning with the default settings is checked on the one learning run tests/test_api.py shares (the
+same runner through `asyncrl.train()`, whose resolved settings it compares with asyncrl-train's). Run with
+`pytest -s tests/test_e2e.py` to see the measured figures (time to first frames, RSS).
 """
 
 from __future__ import annotations
@@ -16,22 +18,11 @@ from conftest import TrainRun, shm_entries, start_train, wait_for
 from asyncrl.runtime.checkpoint import list_checkpoints
 from asyncrl.runtime.runner import SHUTDOWN_TIMEOUT_S
 
-# Default settings (the vector preset, asyncrl/presets.py): this guards the learning maths and the preset.
-# The budget is env steps (--frames stops the run); wall-clock limits only catch a hung run, since a busy
-# machine slows a correct run down.
-CARTPOLE_FRAMES = 150_000
-CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--frames", str(CARTPOLE_FRAMES)]
-CARTPOLE_TARGET = 450.0
-CARTPOLE_TIMEOUT_S = 600.0
+CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--frames", "150000"]  # the resume test stops on --seconds first
 # Ctrl-C to exit: the runner's own timeline (notice within 50 ms, SHUTDOWN_TIMEOUT_S of joins, then 2 s per
 # killed child) plus a generous margin for a busy machine.
 EXIT_LIMIT_S = SHUTDOWN_TIMEOUT_S + 30.0
 MAX_POLICY_LAG = 4  # the default, which the Pong run keeps
-
-
-def best_return(records: list[dict]) -> float | None:
-    returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
-    return max(returns) if returns else None
 
 
 def first_record(records: list[dict], key: str, threshold: float) -> dict | None:
@@ -56,27 +47,6 @@ def stop_with_ctrl_c(run: TrainRun, limit_s: float) -> tuple[int, float]:
     except subprocess.TimeoutExpired:
         pytest.fail(f"asyncrl-train did not exit within {limit_s:.0f} s of Ctrl-C\n{run.stdout()[-2000:]}")
     return code, time.monotonic() - t0
-
-
-def test_cartpole_learns(tmp_path: Path, reap: list[TrainRun]) -> None:
-    run = start_train([*CARTPOLE_FLAGS, "--report-interval", "1"], tmp_path / "train", "cartpole")
-    reap.append(run)
-    reached = wait_for(lambda: first_record(run.records(), "episode_return_mean", CARTPOLE_TARGET),
-                       timeout=CARTPOLE_TIMEOUT_S, proc=run.proc)  # the run ends by itself at --frames
-    wall = time.monotonic() - run.started
-    code, _ = stop_with_ctrl_c(run, EXIT_LIMIT_S)
-    records = run.records()
-    assert reached, (f"mean return never reached {CARTPOLE_TARGET} within {CARTPOLE_FRAMES:,} env steps "
-                     f"(best {best_return(records)}, {records[-1]['env_steps'] if records else 0} env steps, "
-                     f"{wall:.0f} s)\n{run.stdout()[-3000:]}{run.stderr()[-2000:]}")
-    print(f"\nCartPole-v1: mean return {reached['episode_return_mean']:.1f} >= {CARTPOLE_TARGET} after "
-          f"{reached['env_steps']:,} env steps, {reached['time']:.1f} s after the runner started "
-          f"({wall:.1f} s wall from launch)")
-    assert code == 0, run.stderr()
-    assert reached["env_steps"] <= CARTPOLE_FRAMES + 2 * max(r["sps"] for r in records)
-    # Returns are capped at 500, so a 100-game mean >= 450 leaves the newest 20 games at least 500 - 100 x 50 / 20.
-    last20 = reached.get("episode_return_mean_20")
-    assert last20 is not None and 250 <= last20 <= 500, reached
 
 
 def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: list[TrainRun]) -> None:
