@@ -286,11 +286,8 @@ def test_runner_sigkill_then_resume_past_a_corrupt_checkpoint(runs: Callable[...
     assert conflict.wait(60) == 2
     assert conflict.stderr().count("\n") == 1 and "--hidden-size 256" in conflict.stderr(), conflict.stderr()
 
-
-def test_checkpoint_of_another_env_is_refused(runs: Callable[..., Run]) -> None:
-    first = runs([*CARTPOLE, "--seconds", "1", "--checkpoint-interval", "1"], experiment="shared")
-    assert first.wait(90) == 0, first.output()[-3000:]
-    other = runs(["--env", "Acrobot-v1", *SMALL, "--resume", "--seconds", "4"], experiment="shared")
+    # Nor can the env: the checkpoints are for CartPole.
+    other = runs(["--env", "Acrobot-v1", *SMALL, "--hidden-size", "256", "--resume", "--seconds", "4"])
     assert other.wait(60) == 2
     err = other.stderr()
     assert err.count("\n") == 1 and "are for env 'CartPole-v1', not 'Acrobot-v1'" in err, err
