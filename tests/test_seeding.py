@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import torch
 from conftest import run_cli
+
+from asyncrl.runtime.checkpoint import load_latest_checkpoint
 
 SHORT = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
          "--minibatches", "1", "--frames", "1000"]
@@ -34,6 +38,28 @@ def learning_records(train_dir: Path, experiment: str) -> list[str]:
     return [json.dumps({k: json.loads(line).get(k) for k in LEARNING_FIELDS}) for line in lines]
 
 
+def final_state(train_dir: Path, experiment: str) -> tuple[str, dict[str, Any]]:
+    """The newest checkpoint's name and what must repeat: the learner's whole state and the env-step count (the
+    config names the experiment and `run` holds wall-clock times, so they differ)."""
+    path, state = load_latest_checkpoint(str(train_dir / experiment))
+    return Path(path).name, {"learner": state["learner"], "env_steps": state["env_steps"]}
+
+
+def differences(x: Any, y: Any, where: str = "") -> list[str]:
+    """Where two checkpoint states differ: tensors bit for bit (dtype and shape too), everything else by ==."""
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        same = (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+                and x.shape == y.shape and torch.equal(x, y))
+        return [] if same else [where]
+    if isinstance(x, dict) and isinstance(y, dict):
+        if x.keys() != y.keys():
+            return [f"{where} keys"]
+        return [d for k in x for d in differences(x[k], y[k], f"{where}/{k}")]
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y):
+        return [d for i, (a, b) in enumerate(zip(x, y)) for d in differences(a, b, f"{where}[{i}]")]
+    return [] if type(x) is type(y) and x == y else [where]
+
+
 def test_deterministic_runs_repeat_exactly(tmp_path: Path) -> None:
     flags = ["--env", "CartPole-v1", "--deterministic", "--seed", "3", "--frames", "20000"]
     for name in ("one", "two"):
@@ -41,6 +67,12 @@ def test_deterministic_runs_repeat_exactly(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
     one, two = learning_records(tmp_path, "one"), learning_records(tmp_path, "two")
     assert one == two
+    # The final checkpoints too: every tensor (weights, optimizer moments and steps, normaliser statistics, the
+    # generators' states) and every counter of the learner, exactly.
+    (name_one, state_one), (name_two, state_two) = final_state(tmp_path, "one"), final_state(tmp_path, "two")
+    assert name_one == name_two
+    differ = differences(state_one, state_two)
+    assert not differ, f"{len(differ)} entries differ, first {differ[:5]}"
     records = [json.loads(r) for r in one]
     assert len(records) >= 70  # one record per update: 20k steps / 256 per batch
     assert [r["policy_version"] for r in records] == list(range(2, len(records) + 2))
