@@ -46,6 +46,14 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
                   "start": [int(v) for v in spec.action_space.start]}
     elif spec.discrete:
         action = {"type": "discrete", "n": spec.num_actions}
+    elif spec.is_tuple:
+        action = {"type": "tuple", "shape": list(spec.action_shape),
+                  "parts": [{"type": p.kind, "offset": p.offset, "width": p.width, "out_offset": p.out_offset,
+                             "out_width": p.out_width,
+                             **({"nvec": list(p.nvec), "start": [int(v) for v in np.atleast_1d(p.space.start)]}
+                                if p.kind != "box" else {"low": _finite_list(p.space.low),
+                                                         "high": _finite_list(p.space.high)})}
+                            for p in spec.parts]}
     else:
         box = spec.action_space
         action = {"type": "box", "shape": list(spec.action_shape), "low": _finite_list(box.low),

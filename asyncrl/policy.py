@@ -21,6 +21,7 @@ from torch import nn
 
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import ActorCritic, MultiCategorical, apply_action_mask, greedy_actions
+from asyncrl.models.tuple_actions import TupleDistribution, clip_boxes
 
 if TYPE_CHECKING:
     from asyncrl.learners.base import ActingHead
@@ -46,7 +47,8 @@ class PolicyHead(nn.Module):
         self.encoder = model.encoder
         self.policy_head = model.policy_head
         self.spec = spec
-        self.output_name = "logits" if spec.discrete or spec.multi_discrete else "action_mean"
+        self.output_name = ("logits" if spec.discrete or spec.multi_discrete else
+                            "logits_and_means" if spec.is_tuple else "action_mean")
         norm = model.obs_normalizer
         device = module_device(model)  # every buffer beside the model's own weights: inputs are moved there
         self.dict_obs = model.dict_obs
@@ -67,7 +69,10 @@ class PolicyHead(nn.Module):
                                  .to(device))
             self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone()
                                  .to(device))
-        if not (model.discrete or model.nvec):
+        if model.parts:  # a Tuple action: its Box parts' log_std; each part's bounds come with the spec
+            if spec.gaussian_dims:
+                self.register_buffer("log_std", model.log_std.detach().float().clone())
+        elif not (model.discrete or model.nvec):
             self.register_buffer("log_std", model.log_std.detach().float().clone())
             box = spec.action_space  # not saved with the weights: the exported files describe the bounds
             self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32), device=device),
@@ -90,7 +95,7 @@ class PolicyHead(nn.Module):
 
     def _greedy(self, out: torch.Tensor) -> torch.Tensor:
         actions = greedy_actions(out, self.spec)
-        if self.spec.discrete or self.spec.multi_discrete:
+        if self.spec.discrete or self.spec.multi_discrete or self.spec.is_tuple:  # a Tuple's Box parts: clipped
             return actions
         return torch.clamp(actions, self.action_low, self.action_high)
 
@@ -99,6 +104,9 @@ class PolicyHead(nn.Module):
             return torch.distributions.Categorical(logits=out).sample()
         if self.spec.multi_discrete:
             return MultiCategorical(out, self.spec.nvec).sample()
+        if self.spec.is_tuple:
+            dist = TupleDistribution(out, self.spec.parts, getattr(self, "log_std", None))
+            return clip_boxes(dist.sample(), self.spec.parts)
         noisy = out + self.log_std.exp() * torch.randn_like(out)
         return torch.clamp(noisy, self.action_low, self.action_high)
 
@@ -117,7 +125,14 @@ class PolicyHead(nn.Module):
         if spec.has_image:
             pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True,
                         **({"keys": [k.key for k in spec.obs_keys if k.image]} if spec.is_dict else {})})
-        if spec.multi_discrete:
+        if spec.is_tuple:
+            output = {"name": "logits_and_means", "shape": ["N", spec.num_actions],
+                      "meaning": "each Tuple part's logits (Discrete, MultiDiscrete component after component) or "
+                                 "Gaussian means (Box) one after another, as action.parts' out_offset/out_width "
+                                 "give; the greedy action is each part's argmax (plus start) or its mean clipped to "
+                                 "the bounds",
+                      **({"log_std": self.log_std.tolist()} if spec.gaussian_dims else {})}
+        elif spec.multi_discrete:
             output = {"name": "logits", "shape": ["N", spec.num_actions],
                       "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
                                  "the greedy action is the argmax within each component, plus start"}

@@ -93,3 +93,44 @@ class MaskedChoice(gym.Env):
 
 def make_masked_choice(**kwargs) -> gym.Env:
     return MaskedChoice(**kwargs)
+
+
+class TupleTarget(gym.Env):
+    """One-step episodes with a Tuple action (Discrete(3), Box(-1, 1, (1,))): the observation names a class
+    (one-hot) and a value; reward 1 for the right class plus 1 - |box - value|. Reports `hit` (right class) and
+    `err` (|box - value|) as env metrics, so each part's learning shows on its own."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)))
+
+    def __init__(self) -> None:
+        self.target, self.value = 0, 0.0
+
+    def _obs(self) -> np.ndarray:
+        self.target = int(self.np_random.integers(3))
+        self.value = float(self.np_random.uniform(-0.8, 0.8))
+        obs = np.zeros(4, dtype=np.float32)
+        obs[self.target], obs[3] = 1.0, self.value
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        choice, box = action
+        assert isinstance(choice, int | np.integer) and box.shape == (1,) and -1.0 <= float(box[0]) <= 1.0, action
+        hit, err = float(choice == self.target), abs(float(box[0]) - self.value)
+        info = {"episode_extra_stats": {"hit": hit, "err": err}}
+        return self._obs(), hit + 1.0 - err, True, False, info
+
+
+def make_tuple_target() -> gym.Env:
+    return TupleTarget()
+
+
+def make_tuple_of_dict() -> gym.Env:
+    """A bad env: a Tuple action with a Dict part."""
+    env = TupleTarget()
+    env.action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Dict({"a": gym.spaces.Discrete(2)})))
+    return env

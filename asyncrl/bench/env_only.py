@@ -27,6 +27,10 @@ def _random_actions(spec, n: int, rng: np.random.Generator) -> list[np.ndarray]:
         return [rng.integers(0, spec.num_actions, n) for _ in range(ACTION_POOL)]
     if spec.multi_discrete:
         return [rng.integers(0, spec.nvec, (n, len(spec.nvec))) for _ in range(ACTION_POOL)]
+    if spec.is_tuple:  # each part in the flat vector: random indices, uniform Box values
+        return [np.concatenate([rng.integers(0, p.nvec, (n, p.width)).astype(np.float32) if p.kind != "box" else
+                                rng.uniform(p.space.low, p.space.high, (n, p.width)).astype(np.float32)
+                                for p in spec.parts], axis=1) for _ in range(ACTION_POOL)]
     low, high = spec.action_space.low, spec.action_space.high
     return [rng.uniform(low, high, (n, *spec.action_shape)).astype(np.float32) for _ in range(ACTION_POOL)]
 

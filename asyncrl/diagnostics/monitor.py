@@ -35,7 +35,7 @@ def verdict_changed(last_printed: str | None, current: str | None) -> bool:
 class RunMonitor:
     def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
         self.cfg, self.out = cfg, out
-        categorical = spec.discrete or spec.multi_discrete
+        categorical = spec.discrete or spec.multi_discrete or (spec.is_tuple and not spec.gaussian_dims)
         self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions),
                                      q_divergence=cfg.q_divergence_alert,
                                      q_divergence_min_updates=critic_settle_updates(cfg.gamma, cfg.tau))

@@ -37,6 +37,49 @@ class ObsKey:
         return len(self.shape) == 3
 
 
+@dataclass(frozen=True)
+class ActionPart:
+    """One part of a Tuple action, laid out in the flat action vector and the flat policy output.
+
+    `kind` is "discrete" (one index), "multi_discrete" (one index per component) or "box" (a 1-D vector).
+    `width` entries of the flat action, starting at `offset`; `out_width` entries of the policy output (logits,
+    or Gaussian means), starting at `out_offset`.
+    """
+
+    kind: str
+    space: gym.spaces.Space
+    offset: int
+    width: int
+    out_offset: int
+    out_width: int
+
+    @property
+    def nvec(self) -> tuple[int, ...]:
+        if self.kind == "discrete":
+            return (int(self.space.n),)
+        return tuple(int(n) for n in self.space.nvec) if self.kind == "multi_discrete" else ()
+
+
+def tuple_parts(space: gym.spaces.Tuple) -> tuple[ActionPart, ...]:
+    """The layout of a Tuple of Discrete, 1-D MultiDiscrete and 1-D Box spaces (ValueError for anything else)."""
+    parts, offset, out_offset = [], 0, 0
+    for sub in space.spaces:
+        if isinstance(sub, gym.spaces.Discrete):
+            kind, width, out_width = "discrete", 1, int(sub.n)
+        elif isinstance(sub, gym.spaces.MultiDiscrete) and len(sub.shape) == 1:
+            kind, width, out_width = "multi_discrete", len(sub.nvec), int(sum(sub.nvec))
+        elif isinstance(sub, gym.spaces.Box) and len(sub.shape) == 1:
+            kind, width, out_width = "box", int(sub.shape[0]), int(sub.shape[0])
+        else:
+            raise ValueError(f"a Tuple action part {' '.join(str(sub).split())} is not a Discrete, 1-D MultiDiscrete "
+                             f"or 1-D Box space")
+        parts.append(ActionPart(kind, sub, offset, width, out_offset, out_width))
+        offset, out_offset = offset + width, out_offset + out_width
+    if not parts:
+        raise ValueError("an empty Tuple action space")
+    return tuple(parts)
+
+
 MASK_KEY = "action_mask"  # a Dict observation's key of allowed actions (1 = allowed), as Sample Factory and PettingZoo
 
 
@@ -85,12 +128,24 @@ class EnvSpec:
         return isinstance(self.action_space, gym.spaces.MultiDiscrete)
 
     @property
+    def is_tuple(self) -> bool:
+        """A Tuple action (Discrete, MultiDiscrete and Box parts), stored as one flat float32 vector."""
+        return isinstance(self.action_space, gym.spaces.Tuple)
+
+    @property
+    def parts(self) -> tuple[ActionPart, ...]:
+        """A Tuple action's parts; () for other action spaces."""
+        return tuple_parts(self.action_space) if self.is_tuple else ()
+
+    @property
     def nvec(self) -> tuple[int, ...]:
         """The choices of each MultiDiscrete component; () for other action spaces."""
         return tuple(int(n) for n in self.action_space.nvec) if self.multi_discrete else ()
 
     @property
     def action_shape(self) -> tuple[int, ...]:
+        if self.is_tuple:
+            return (sum(p.width for p in self.parts),)
         return () if self.discrete else tuple(self.action_space.shape)
 
     @property
@@ -102,7 +157,16 @@ class EnvSpec:
         """Logits for discrete spaces (all components' for MultiDiscrete); action dimensions for Box spaces."""
         if self.discrete:
             return int(self.action_space.n)
+        if self.is_tuple:
+            return sum(p.out_width for p in self.parts)
         return sum(self.nvec) if self.multi_discrete else int(np.prod(self.action_space.shape))
+
+    @property
+    def gaussian_dims(self) -> int:
+        """How many action dimensions a diagonal Gaussian draws: a Box action's, or a Tuple's Box parts'."""
+        if self.is_tuple:
+            return sum(p.width for p in self.parts if p.kind == "box")
+        return 0 if self.discrete or self.multi_discrete else self.num_actions
 
 
 @dataclass

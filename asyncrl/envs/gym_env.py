@@ -22,10 +22,11 @@ from asyncrl.envs.base import (
     ObsKey,
     VecEnv,
     episode_extras,
+    tuple_parts,
 )
 
 SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
-             "1-D MultiDiscrete or 1-D Box action spaces - see docs/custom-envs.md")
+             "1-D MultiDiscrete or 1-D Box action spaces, or a Tuple of them - see docs/custom-envs.md")
 DICT_SUPPORTED = ("asyncrl supports Dict observations whose values are 3-D image or 1-D vector Box spaces "
                   "- see docs/custom-envs.md")
 IMAGE_CHANNELS = (1, 3, 4)
@@ -43,7 +44,12 @@ def gym_env_spec(name: str, env: gym.Env) -> EnvSpec:
         raise EnvError(f"env {name!r} has a {type(obs_space).__name__} observation space; {SUPPORTED}")
     box_action = isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1
     multi_action = isinstance(act_space, gym.spaces.MultiDiscrete) and len(act_space.shape) == 1
-    if not (isinstance(act_space, gym.spaces.Discrete) or box_action or multi_action):
+    if isinstance(act_space, gym.spaces.Tuple):
+        try:
+            tuple_parts(act_space)
+        except ValueError as exc:
+            raise EnvError(f"env {name!r} has {exc}; {SUPPORTED}") from None
+    elif not (isinstance(act_space, gym.spaces.Discrete) or box_action or multi_action):
         raise EnvError(f"env {name!r} has a {' '.join(str(act_space).split())} action space; {SUPPORTED}")
     if is_dict:
         keys = tuple(dict_obs_key(name, key, space) for key, space in obs_space.spaces.items())
@@ -131,6 +137,8 @@ class GymVecEnv(VecEnv):
             self._start = int(space.start)
         elif self.spec.multi_discrete:
             self._multi_start = np.asarray(space.start, dtype=space.dtype)
+        elif self.spec.is_tuple:
+            self._parts = self.spec.parts
         else:
             self._low, self._high = space.low, space.high
         self._ret = np.zeros(num_envs, dtype=np.float64)
@@ -162,6 +170,8 @@ class GymVecEnv(VecEnv):
             acts = [int(a) + self._start for a in actions]
         elif self.spec.multi_discrete:
             acts = list(actions.astype(self._multi_start.dtype) + self._multi_start)
+        elif self.spec.is_tuple:
+            acts = [self._tuple_action(a) for a in actions]
         else:
             acts = list(np.clip(actions, self._low, self._high).astype(self.spec.action_space.dtype))
         stats: list[EpisodeStats] = []
@@ -195,6 +205,19 @@ class GymVecEnv(VecEnv):
                     obs = self._replace(i, "reset", exc)
             obs_out[i] = self._chw(obs)
         return stats
+
+    def _tuple_action(self, flat: np.ndarray) -> tuple:
+        """One env's flat action vector as the Tuple the env takes (indices plus start, Box parts clipped)."""
+        out: list = []
+        for p in self._parts:
+            a = flat[p.offset:p.offset + p.width]
+            if p.kind == "discrete":
+                out.append(int(round(float(a[0]))) + int(p.space.start))
+            elif p.kind == "multi_discrete":
+                out.append(np.rint(a).astype(p.space.dtype) + p.space.start)
+            else:
+                out.append(np.clip(a, p.space.low, p.space.high).astype(p.space.dtype))
+        return tuple(out)
 
     def _chw(self, obs: np.ndarray) -> np.ndarray:
         """A channels-last image as (C, H, W) (a view: the copy is the write into the slot); else as is."""

@@ -64,6 +64,10 @@ def greedy_actions(policy_out: torch.Tensor, spec: EnvSpec) -> torch.Tensor:
         return policy_out.argmax(-1)
     if spec.multi_discrete:
         return MultiCategorical(policy_out, spec.nvec).mode
+    if spec.is_tuple:
+        from asyncrl.models.tuple_actions import TupleDistribution, clip_boxes
+
+        return clip_boxes(TupleDistribution(policy_out, spec.parts, None).mode, spec.parts)
     return policy_out
 
 
@@ -99,6 +103,7 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.discrete = spec.discrete
         self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
+        self.parts = spec.parts  # a Tuple action's parts, () otherwise
         image = len(spec.obs_shape) == 3
         self.dict_obs = spec.is_dict
         self.masked = spec.masked  # an `action_mask` key: masks the logits, never reaches the encoder
@@ -114,8 +119,8 @@ class ActorCritic(nn.Module):
         width = self.encoder.out_features
         self.policy_head = _init_linear(nn.Linear(width, spec.num_actions), 0.01)
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
-        if not (self.discrete or self.nvec):
-            self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
+        if spec.gaussian_dims:  # a Box action, or a Tuple's Box parts
+            self.log_std = nn.Parameter(torch.zeros(spec.gaussian_dims))
         self.obs_normalizer: nn.Module | None = RunningMeanStd(spec.obs_shape) if normalize_obs and not image else None
         if spec.is_dict:  # vector keys only
             vectors = {k.key: RunningMeanStd(k.shape) for k in spec.feature_keys if not k.image}
@@ -172,6 +177,10 @@ class ActorCritic(nn.Module):
             return Categorical(logits=policy_out)
         if self.nvec:
             return MultiCategorical(policy_out, self.nvec)
+        if self.parts:
+            from asyncrl.models.tuple_actions import TupleDistribution
+
+            return TupleDistribution(policy_out, self.parts, getattr(self, "log_std", None))
         return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
 
     @torch.inference_mode()
@@ -189,8 +198,8 @@ class ActorCritic(nn.Module):
             logp_all = torch.log_softmax(out, dim=-1)
             actions = gumbel_argmax(logp_all)
             return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        if self.nvec:
-            dist = MultiCategorical(out, self.nvec)
+        if self.nvec or self.parts:
+            dist = self.distribution(out)
             actions = dist.sample()
             return actions, dist.log_prob(actions)
         std = self.log_std.exp()

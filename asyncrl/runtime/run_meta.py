@@ -23,6 +23,8 @@ META_NAME = "meta.json"
 def describe_space(space: gym.spaces.Space) -> str:
     if isinstance(space, gym.spaces.Discrete):
         return f"Discrete({int(space.n)})"
+    if isinstance(space, gym.spaces.Tuple):
+        return f"Tuple({', '.join(describe_space(part) for part in space.spaces)})"
     return f"{type(space).__name__}{tuple(int(d) for d in space.shape)}"
 
 
