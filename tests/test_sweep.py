@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from asyncrl.cli import sweep as sweep_command
 from asyncrl.sweep import SweepError, parse_sweep, plan
 
 SWEEP = {"base": {"env": "CartPole-v1", "frames": 3000, "report-interval": 1}, "grid": {"lr": [0.001, 0.0003]},
@@ -18,6 +19,16 @@ SWEEP = {"base": {"env": "CartPole-v1", "frames": 3000, "report-interval": 1}, "
 def sweep_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "asyncrl.cli.sweep", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def sweep_in_process(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch,
+                     capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
+    """`asyncrl-sweep ARGS` run from `cwd` as its main() in this process (for what starts no run)."""
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = sweep_command.main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["asyncrl-sweep", *args], code, out.out, out.err)
 
 
 def test_plan_shares_cores_and_keeps_explicit_flags() -> None:
@@ -50,19 +61,22 @@ def test_bad_sweep_files_are_rejected(data: dict, message: str) -> None:
         parse_sweep(data, "g")
 
 
-def test_dry_run_prints_every_command(tmp_path: Path) -> None:
+def test_dry_run_prints_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "sweep.yaml").write_text("base: {env: CartPole-v1, frames: 3000}\ngrid:\n  lr: [0.001, 0.0003]\n"
                                          "seeds: [0, 1, 2]\ngroup: g\n")
-    result = sweep_cli("sweep.yaml", "--dry-run", "--concurrent", "3", cwd=tmp_path)
+    result = sweep_in_process("sweep.yaml", "--dry-run", "--concurrent", "3", cwd=tmp_path, monkeypatch=monkeypatch,
+                              capsys=capsys)
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.startswith("asyncrl-train ")]
     assert len(commands) == 6 and "--experiment lr-0.0003_seed2" in commands[-1]
     assert not (tmp_path / "train_dir").exists()
 
 
-def test_bad_file_is_one_line_error(tmp_path: Path) -> None:
+def test_bad_file_is_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "s.json").write_text('{"grid": {"lr": [0.001]}, "base": {"seed": 3}}')
-    result = sweep_cli("s.json", cwd=tmp_path)
+    result = sweep_in_process("s.json", cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("asyncrl-sweep: error: base: 'seed' is set by the sweep")
 
