@@ -100,7 +100,8 @@ UNSUPPORTED = {
     "MultiBinary": (BOX, gym.spaces.MultiBinary(3)),
     r"Box\(-1.0, 1.0, \(2, 2\)": (BOX, gym.spaces.Box(-1.0, 1.0, (2, 2))),
     r"MultiDiscrete\(\[\[2 2\] \[2 2\]\]": (BOX, gym.spaces.MultiDiscrete([[2, 2], [2, 2]])),
-    r"Tuple\(Discrete": (BOX, gym.spaces.Tuple([gym.spaces.Discrete(2)] * 2)),
+    r"Tuple action whose part MultiBinary\(3\)": (BOX, gym.spaces.Tuple([gym.spaces.Discrete(2),
+                                                                          gym.spaces.MultiBinary(3)])),
 }
 
 

@@ -71,8 +71,8 @@ def tuple_parts(space: gym.spaces.Tuple) -> tuple[ActionPart, ...]:
         elif isinstance(sub, gym.spaces.Box) and len(sub.shape) == 1:
             kind, width, out_width = "box", int(sub.shape[0]), int(sub.shape[0])
         else:
-            raise ValueError(f"a Tuple action part {' '.join(str(sub).split())} is not a Discrete, 1-D MultiDiscrete "
-                             f"or 1-D Box space")
+            raise ValueError(f"a Tuple action whose part {' '.join(str(sub).split())} is not a Discrete, 1-D "
+                             f"MultiDiscrete or 1-D Box space")
         parts.append(ActionPart(kind, sub, offset, width, out_offset, out_width))
         offset, out_offset = offset + width, out_offset + out_width
     if not parts:
