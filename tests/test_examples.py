@@ -23,7 +23,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py"}
+    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py", "env_hooks.py"}
     assert {p.name for p in EXAMPLES.iterdir() if p.suffix in (".py", ".sh")} == tested
 
 
@@ -31,6 +31,13 @@ def test_custom_env_example_trains_and_plays_its_env(tmp_path: Path) -> None:
     out = run([sys.executable, str(EXAMPLES / "custom_env.py"), "--frames", "600"], tmp_path)
     assert "one greedy episode: return" in out
     assert list((tmp_path / "train_dir" / "walk" / "checkpoints").glob("*.pt"))
+
+
+def test_env_hooks_example_masks_reports_and_stops(tmp_path: Path) -> None:
+    out = run([sys.executable, str(EXAMPLES / "env_hooks.py"), "--frames", "50000", "--goal", "0", "--doors", "3"],
+              tmp_path)
+    assert "stopped on callback" in out and "200 greedy steps: 0 closed doors walked into" in out
+    assert "depth " in out and "doors open 3.0" in out
 
 
 def test_sac_mujoco_example_trains_and_evaluates(tmp_path: Path) -> None:
