@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -108,3 +109,27 @@ def test_a_bad_mask_is_one_line_exit_2(tmp_path, kwargs: str, message: str) -> N
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and message in errors[0], proc.stderr[-2000:]
+
+
+def test_a_multi_discrete_mask_covers_each_component_and_the_learners_scores() -> None:
+    from asyncrl.envs.gym_env import gym_env_spec
+    from asyncrl.models.actor_critic import ActorCritic
+
+    class Two(gym.Env):
+        observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                                             "action_mask": gym.spaces.MultiBinary(5)})
+        action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    spec = gym_env_spec("two", Two())
+    model = ActorCritic(spec)
+    torch.manual_seed(0)
+    mask = torch.tensor([[0, 1, 1, 0, 1]] * 512, dtype=torch.float32)  # component 0: only 1; component 1: 0 or 2
+    obs = {"x": torch.randn(512, 3), "action_mask": mask}
+    actions, logp = model.act(obs)
+    assert set(actions[:, 0].tolist()) == {1} and set(actions[:, 1].tolist()) == {0, 2}
+    with torch.no_grad():
+        logits, _ = model(obs)
+    dist = model.distribution(logits)
+    actions, logp = actions.clone(), logp.clone()
+    assert torch.allclose(dist.log_prob(actions), logp, atol=1e-5)
+    assert float(dist.entropy().max()) <= math.log(2) + 1e-4  # one forced choice and one of two
