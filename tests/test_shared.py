@@ -182,14 +182,19 @@ def test_real_workers_fill_slots_through_the_handshake() -> None:
     live = channels.live
     procs = start_workers(cfg, spec, traj, channels, weights)
     received: list[dict[str, np.ndarray]] = []
+    chains: dict[tuple[float, float], int] = {}  # trajectories per (worker, split), as the env's obs encodes them
     try:
-        while len(received) < 24:
+        # At least 24 slots, and two from every split: on a loaded machine one niced worker may start late.
+        while len(received) < 400 and (len(received) < 24 or len(chains) < cfg.workers * cfg.worker_splits
+                                       or min(chains.values()) < 2):
             slot = channels.full.get(timeout=30)
             # The handshake ran for the last step, and no worker owns a full slot.
             assert live["acted"][slot] == cfg.rollout - 1
             # The worker let go of the slot before handing it over: no pending request may rewrite it.
             assert live["want"][slot] == live["slot_owner"][slot] == NO_OWNER
             received.append({name: traj[name][slot].copy() for name in traj})
+            key = tuple(received[-1]["obs"][0, 0, :2])
+            chains[key] = chains.get(key, 0) + 1
             channels.free.put(slot)
             if len(received) == 8:
                 republish(weights, 2)
