@@ -155,6 +155,11 @@ def _cuda_device_count() -> int:
     return int(done.stdout.strip() or 0) if done.returncode == 0 else 0
 
 
+def in_group() -> bool:
+    """True under torchrun: the group's totals move with the other ranks even when this rank's do not."""
+    return _RANK is not None
+
+
 def metrics_writer(run_dir: str, sinks: Callable[[], Sequence[Any]] = tuple) -> Any:
     """The runner's metrics writer under torchrun (None otherwise): rank 0 writes group totals (to the extra
     `sinks()` too, e.g. W&B), the others nothing."""

@@ -267,7 +267,8 @@ class Runner:
         # A last record for the tail of the run, so the final totals (frames, episodes) are always in
         # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
         self._drain_reports()
-        tail_steps = self.totals.env_steps > self.interval_steps
+        # Under torchrun the group's final agreement may come after this rank's last steps: its record is due too.
+        tail_steps = self.totals.env_steps > self.interval_steps or distributed.in_group()
         if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
