@@ -14,6 +14,7 @@ import torch
 from torch.distributions import Distribution
 
 from asyncrl.envs.base import ActionPart
+from asyncrl.models.categorical import MultiCategorical
 
 
 class TupleDistribution(Distribution):
@@ -22,8 +23,6 @@ class TupleDistribution(Distribution):
     arg_constraints: dict = {}
 
     def __init__(self, policy_out: torch.Tensor, parts: tuple[ActionPart, ...], log_std: torch.Tensor | None):
-        from asyncrl.models.actor_critic import MultiCategorical  # the categorical parts' own distribution
-
         self.parts = parts
         self._zeros = policy_out.new_zeros(policy_out.shape[:-1])
         self.dists: list[tuple[ActionPart, object]] = []
