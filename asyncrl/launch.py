@@ -109,10 +109,11 @@ def torch_threads_started(timeout: float = 10.0) -> bool:
     return True
 
 
-def run(cfg: Config, out: Callable[..., None] = print,
-        callbacks: Iterable[Callable[[dict], Any]] = ()) -> tuple[int, str | None]:
+def run(cfg: Config, out: Callable[..., None] = print, callbacks: Iterable[Callable[[dict], Any]] = (),
+        share_torch: bool = False) -> tuple[int, str | None]:
     """Validate `cfg` and train in this process: (exit code, why the run stopped). `callbacks` see every metrics
-    record, checkpoint and evaluation (asyncrl/runtime/callbacks.py).
+    record, checkpoint and evaluation (asyncrl/runtime/callbacks.py). `share_torch`: import torch here once for
+    the learner, policy workers and evaluator (for a process that ends with the run, as `asyncrl-train`).
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
@@ -125,7 +126,7 @@ def run(cfg: Config, out: Callable[..., None] = print,
     distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
     from asyncrl.runtime.runner import Runner
 
-    runner = Runner(cfg, callbacks=callbacks)  # builds the env once to read its spaces
+    runner = Runner(cfg, callbacks=callbacks, share_torch=share_torch)  # builds the env once to read its spaces
     check_env_left_cuda_alone(cfg.env)
     for line in scaling_lines(cfg):
         out(line, flush=True)

@@ -80,6 +80,7 @@ class NaivePPO:
         import torch
 
         from asyncrl.bench.machine import resolve_bench_device
+        from asyncrl.learners.eager import Adam
         from asyncrl.models.actor_critic import build_model
         from asyncrl.runtime.devices import configure_cuda_backends, resolve_precision
 
@@ -100,7 +101,7 @@ class NaivePPO:
         if image:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.compute_dtype = resolve_precision("auto", self.device, image)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, eps=self.cfg.adam_eps)
+        self.optimizer = Adam(self.model.parameters(), lr=self.cfg.lr, eps=self.cfg.adam_eps)
         self.clip_rewards = spec.frameskip > 1  # Atari: train on the sign of the reward
         dtype = torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32
         self.obs = torch.zeros((self.t + 1, self.n, *spec.obs_shape), dtype=dtype)

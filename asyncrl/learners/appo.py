@@ -22,6 +22,7 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.learners.base import GradientHook, no_gradient_sync
 from asyncrl.learners.batch import Batch
+from asyncrl.learners.eager import Adam
 from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.actor_critic import ActorCritic, build_model
 from asyncrl.models.obs import map_obs
@@ -44,7 +45,7 @@ class APPOLearner:
         self.model = self.build_policy(spec, cfg, device)
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.hp = APPOHyperparams(
             gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
             entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,

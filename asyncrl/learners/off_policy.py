@@ -27,6 +27,7 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.learners.base import GradientHook, no_gradient_sync
 from asyncrl.learners.batch import Batch
+from asyncrl.learners.eager import Adam
 from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.critics import QEnsemble, TanhGaussianActor, polyak_update
 from asyncrl.replay.buffer import ReplayBatch, ReplayBuffer
@@ -159,8 +160,8 @@ class OffPolicyLearner:
         self.action_dim = action_dim
         self.critic = QEnsemble(obs_dim, action_dim, self.num_critics, (cfg.hidden_size, cfg.hidden_size)).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
+        self.actor_optimizer = Adam(self.actor.parameters(), lr=cfg.lr)
+        self.critic_optimizer = Adam(self.critic.parameters(), lr=cfg.lr)
         self.model = nn.ModuleDict({"actor": self.actor, "critic": self.critic})
         self.optimizer = self.critic_optimizer
         buffer = ReplayBuffer(cfg.replay_size, spec.obs_shape, spec.obs_dtype, spec.action_shape, np.float32,

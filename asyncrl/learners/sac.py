@@ -12,6 +12,7 @@ import torch
 from asyncrl.algo import sac
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.learners.eager import Adam
 from asyncrl.learners.off_policy import OffPolicyLearner
 
 
@@ -23,7 +24,7 @@ class SACLearner(OffPolicyLearner):
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         super().__init__(cfg, spec, device)
         self.log_alpha = torch.zeros((), device=device, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
+        self.alpha_optimizer = Adam([self.log_alpha], lr=cfg.lr)
         self.extra_parameters = (self.log_alpha,)
         self.entropy_target = sac.target_entropy(self.action_dim)
         self.critic_updates = 0

@@ -1,8 +1,11 @@
 """Runner: the main process. Allocates shared memory (`wiring.py`), forks the workers, supervises them, aggregates their
 reports into metrics, schedules checkpoints and shuts everything down in order.
 
-The runner never imports torch: children are forked from it, and a torch-free parent keeps every rollout
-worker small and fast to start. Torch is imported inside the policy-worker and learner processes.
+Rollout workers are forked from a torch-free runner, which keeps them small and fast to start. Torch is imported in
+the learner, policy-worker and evaluator processes; with `share_torch` (`asyncrl-train`, whose process ends with
+the run) the runner imports it once after forking the rollout workers, and those children share that import
+copy-on-write instead of each paying its seconds of CPU. The runner itself never runs a torch operation, so the
+forks stay safe (`launch.check_can_fork`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,17 @@ def _child_main(module: str, function: str, *args) -> None:
     getattr(importlib.import_module(module), function)(*args)
 
 
+def _import_torch_once() -> None:
+    """Import torch here so the torch children forked next share it. `gc.freeze` keeps this process's collector
+    from touching (and so copying) the inherited objects in every child."""
+    if "torch" not in sys.modules:
+        import gc
+
+        import torch  # noqa: F401
+
+        gc.freeze()
+
+
 __all__ = ["RunError", "Runner", "check_memory", "check_run_dir"]
 
 
@@ -83,8 +97,9 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = ()):
+    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (), share_torch: bool = False):
         self.cfg = cfg
+        self.share_torch = share_torch
         self.out = out
         self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
         self.shutting_down = False
@@ -211,7 +226,12 @@ class Runner:
         self.supervisor.restore(run)
 
     def _start_processes(self) -> None:
-        for proc in self.wiring.processes:
+        procs = self.wiring.processes
+        if self.share_torch:  # torch-free rollout workers first, then one import for the torch children
+            procs = sorted(procs, key=lambda p: not p.name.startswith("rollout-"))
+        for proc in procs:
+            if self.share_torch and not proc.name.startswith("rollout-"):
+                _import_torch_once()
             self._spawn(proc.name, proc.module, proc.function, *proc.args)
         if self.evaluation.enabled:  # its request block belongs to the runner's evaluation schedule
             self._spawn("eval-0", "asyncrl.runtime.evaluator", "run_evaluator",

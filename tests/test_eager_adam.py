@@ -1,0 +1,67 @@
+"""The learners' Adam: torch's arithmetic and checkpoints, without loading torch's compiler at start-up."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import torch
+
+from asyncrl.learners.eager import Adam
+
+
+def _train(opt_cls: type, steps: int = 6) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    opt = opt_cls(model.parameters(), lr=3e-3, eps=1e-6)
+    for i in range(steps):
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(i))
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+    return model, opt
+
+
+def test_same_updates_and_state_as_torch_adam() -> None:
+    ours, ours_opt = _train(Adam)
+    ref, ref_opt = _train(torch.optim.Adam)
+    assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), ref.parameters()))
+    a, b = ours_opt.state_dict(), ref_opt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for k in b["state"]:
+        assert all(torch.equal(a["state"][k][name], b["state"][k][name]) for name in b["state"][k])
+
+
+def test_loads_a_torch_adam_checkpoint_and_continues_identically() -> None:
+    ref, ref_opt = _train(torch.optim.Adam, steps=3)
+    ours = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    ours.load_state_dict(ref.state_dict())
+    ours_opt = Adam(ours.parameters(), lr=3e-3, eps=1e-6)
+    ours_opt.load_state_dict(copy.deepcopy(ref_opt.state_dict()))  # not sharing the moments
+    for model, opt in ((ours, ours_opt), (ref, ref_opt)):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), ref.parameters()))
+
+
+def test_a_learner_trains_without_loading_the_compiler() -> None:
+    """The APPO and SAC learners' construction, a step and a state_dict leave torch._dynamo unimported."""
+    code = """
+import sys
+import torch
+from tests.test_eager_adam import _train
+from asyncrl.learners.eager import Adam
+_, opt = _train(Adam)
+opt.load_state_dict(opt.state_dict())
+log_alpha = torch.zeros(1, requires_grad=True)
+alpha_opt = Adam([log_alpha], lr=1e-3)
+(log_alpha * 2).sum().backward()
+alpha_opt.step()
+print("dynamo loaded:", "torch._dynamo" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "dynamo loaded: False" in out.stdout
