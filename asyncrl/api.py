@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.config import Config, ConfigError, config_from_flags
+from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.launch import run
+from asyncrl.resolve import config_from_flags
 from asyncrl.runtime.callbacks import Callbacks
 
 

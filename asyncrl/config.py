@@ -1,32 +1,25 @@
-"""All hyperparameters and run settings in one dataclass, and the command line built from it.
+"""All hyperparameters and run settings in one dataclass: their defaults, derived settings and validation.
 
-Importing this module must stay cheap (no torch): every process reads the config.
+The command line, --config files, the env presets and --scale resolve into a Config in `asyncrl.resolve`.
+Importing this module must stay cheap (no torch): every process reads the config. It imports only the
+ground floor of the package (`asyncrl.system`, `asyncrl.scaling`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import difflib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from asyncrl.system import local_world_size, usable_cpus
 
 
 def default_workers() -> int:
     """Twice the cores this process may use (affinity, cgroup quota), shared by the ranks torchrun started on
     this node: rollout workers spend much of their time waiting for actions."""
-    from asyncrl.runtime.cpus import local_world_size, usable_cpus
-
     return max(2, 2 * usable_cpus() // local_world_size())
-
-
-def _usable_cpus() -> int:
-    from asyncrl.runtime.cpus import usable_cpus
-
-    return usable_cpus()
 
 
 def auto_envs_per_worker(cfg: Config) -> int:
@@ -72,7 +65,6 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
 
 
 LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
-RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
 # The APPO learner applies --normalize-returns and --value-transform (asyncrl/algo/return_norm.py,
 # value_transform.py); validate() refuses them where a learner does not.
 VALUE_SCALING_IN_LEARNER = True
@@ -401,232 +393,3 @@ class Config:
     def from_dict(cls, data: dict[str, Any]) -> Config:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (exit code 2), like every other configuration error."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (flags are spelled out in full; see --help)\n")
-
-
-def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
-    """One --flag per Config field, with the field's default, the presets that change it, and its help; plus
-    --config FILE and --print-config.
-
-    Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
-    """
-    from asyncrl.presets import PRESETS
-
-    parser = _OneLineParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.",
-                            allow_abbrev=False)
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="a YAML (.yaml, .yml) or JSON file of settings (keys: the flags' names, with - or _); "
-                             "command-line flags win over it, it wins over the presets and defaults")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved configuration as JSON and exit (nothing is created)")
-    defaults = Config()
-    for f in dataclasses.fields(Config):
-        if not f.metadata.get("cli", True):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
-                          if f.name in values and values[f.name] != default)
-        help_text = f.metadata.get("help", "").replace("%", "%%")
-        if applies_to(f) != ALGOS:
-            presets += f"; --algo {', '.join(applies_to(f))} only"
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=f"{help_text} (default: %(default)s{presets})")
-        else:
-            kind = type(default)
-            parser.add_argument(flag, dest=f.name, type=kind, default=default,
-                                help=f"{help_text} (default: {default}{presets})")
-    return parser
-
-
-@dataclass
-class CommandLine:
-    """What `asyncrl-train`'s command line asks for: the resolved configuration, and whether only to print it."""
-
-    config: Config
-    print_config: bool = False
-
-
-def parse_config(argv: list[str] | None = None) -> Config:
-    """Command line > --config FILE > the env family's preset (asyncrl.presets) > Config defaults.
-
-    With --resume the run's saved config.json takes the place of the preset and the defaults: what was not
-    given on the command line or in the file stays as it was saved (see `resume_changes` for what changed).
-    """
-    return parse_command_line(argv).config
-
-
-def parse_command_line(argv: list[str] | None = None) -> CommandLine:
-    """parse_config, and the --print-config option."""
-    words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
-    args = vars(parser.parse_args(words))
-    config_file, print_config = args.pop("config"), args.pop("print_config")
-    explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, words)}
-    if "experiment" in explicit and not explicit["experiment"].strip():
-        raise ConfigError("--experiment must not be blank; give a name or leave the flag out (the env's name)")
-    return CommandLine(merge_config(explicit, config_file), print_config)
-
-
-def config_from_flags(config: str | None = None, **flags: Any) -> Config:
-    """The Python form of the command line: `config_from_flags(env="CartPole-v1", frames=150000)` resolves the
-    same Config as `asyncrl-train --env CartPole-v1 --frames 150000` (flags > config file > preset > defaults)."""
-    return merge_config(check_settings(flags, "asyncrl.train()"), config)
-
-
-def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Config:
-    """Given settings (and a config file's, which they override) over the preset or the resumed run's config."""
-    from asyncrl.presets import preset_for
-
-    on_command_line = set(explicit)
-    if config_file is not None:
-        from_file = read_config_file(config_file)
-        if "lr" in explicit:  # a given --lr is a new base rate, whatever the file recorded
-            from_file.pop("lr_base", None)
-        explicit = {**from_file, **explicit}
-    if "experiment" in explicit:
-        check_experiment_name(explicit["experiment"])
-    args = {**dataclasses.asdict(Config()), **explicit}
-    saved = read_saved_config(args) if args["resume"] else None
-    if saved is not None:
-        base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
-    else:
-        base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"])}
-    scale = explicit.get("scale", base.get("scale", ""))
-    if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
-        base.update(scaled(scale, {**base, **explicit}, explicit))
-    merged = {**base, **explicit}
-    check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
-    if "lr" in explicit and "lr_base" not in explicit:
-        merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
-    if merged.get("deterministic"):
-        merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
-    return Config(**merged).resolve()
-
-
-def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
-    """The `--scale` preset's settings for this machine (asyncrl.scaling.scale_settings); an unknown scale is left
-    to validate()."""
-    from asyncrl.scaling import SCALES, scale_settings, world_size
-
-    if scale not in SCALES:
-        return {"scale": scale}
-    given = {k: explicit[k] for k in ("workers", "envs_per_worker", "rollout", "worker_splits") if k in explicit}
-    return {**scale_settings(scale, given, cores=_usable_cpus(), world=world_size(),
-                             fits=_trajectories_fit(settings)), "scale": scale}
-
-
-def _trajectories_fit(settings: dict[str, Any]) -> Any:
-    """fits(workers, envs_per_worker, rollout, splits): the trajectory buffer within 80% of free RAM (as the runner
-    checks); always True when the env cannot be described here (the runner reports that)."""
-    try:
-        from asyncrl.envs.registry import make_env_spec
-        from asyncrl.runtime.supervisor import available_memory
-        from asyncrl.runtime.trajectories import trajectory_bytes
-
-        spec = make_env_spec(settings["env"], doom_measurements=bool(settings.get("doom_measurements")))
-        available = available_memory()
-    except Exception:  # a bad env name: the runner says so with its own one-line error
-        return lambda workers, envs, rollout, splits: True
-
-    def fits(workers: int, envs: int, rollout: int, splits: int) -> bool:
-        cfg = Config(workers=workers, envs_per_worker=envs, rollout=rollout, worker_splits=splits,
-                     batch_size=workers * envs * rollout)
-        return trajectory_bytes(cfg, spec) <= 0.8 * available
-
-    return fits
-
-
-def read_config_file(path: str) -> dict[str, Any]:
-    """A YAML (.yaml, .yml) or JSON file of settings, checked like the command line (ConfigError if not)."""
-    from asyncrl.settings_file import SettingsFileError, load_settings_file
-
-    where = f"--config {path}"
-    try:
-        data = load_settings_file(path)
-    except SettingsFileError as exc:
-        raise ConfigError(f"--config {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must hold a mapping of flag names to values, not a {type(data).__name__}")
-    return check_settings(data, where)
-
-
-def check_settings(values: dict[Any, Any], where: str) -> dict[str, Any]:
-    """Settings keyed by Config field names (with - or _), each of its field's type; ConfigError otherwise.
-
-    Integers are accepted for float fields, and so are numeric strings (YAML reads `1e-3` as a string).
-    """
-    fields = {f.name: f for f in dataclasses.fields(Config)}
-    defaults = Config()
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        name = str(key).replace("-", "_")
-        if name not in fields:
-            close = difflib.get_close_matches(name, list(fields), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else " (keys are asyncrl-train's flags, e.g. batch_size)"
-            raise ConfigError(f"{where}: unknown setting {key!r}{hint}")
-        kind = type(getattr(defaults, name))
-        if name == "env_kwargs" and isinstance(value, dict):  # a mapping in a config file or asyncrl.train()
-            value = json.dumps(value)
-        out[name] = _typed(value, kind, f"{where}: {key}")
-    return out
-
-
-def _typed(value: Any, kind: type, what: str) -> Any:
-    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if kind is float and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    raise ConfigError(f"{what} must be {_KIND_NAMES[kind]}, not {value!r}")
-
-
-_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-
-
-def read_saved_config(args: dict[str, Any]) -> dict[str, Any] | None:
-    """The config.json of the run `args` point at, as Config fields; None if there is none (a fresh start)."""
-    name = args["experiment"] or Config(env=args["env"]).experiment_name
-    path = os.path.join(args["train_dir"], name, "config.json")
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--resume: cannot read {path} ({exc}); fix or remove it to resume with the presets "
-                          f"and defaults") from None
-    known = {f.name for f in dataclasses.fields(Config)}
-    return {k: v for k, v in data.items() if k in known}
-
-
-def resume_changes(cfg: Config) -> list[str]:
-    """One `name: saved -> now` line per setting that differs from the run's saved config.json (on --resume)."""
-    if not cfg.resume:
-        return []
-    saved = read_saved_config({"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}) or {}
-    now = dataclasses.asdict(cfg)
-    internal = {f.name for f in dataclasses.fields(Config) if not f.metadata.get("cli", True)}  # e.g. lr_base
-    return [f"{k}: {saved[k]} -> {now[k]}" for k in now
-            if k in saved and k not in RESUME_KEEPS_GIVEN and k not in internal and saved[k] != now[k]]
-
-
-def _given(name: str, words: list[str]) -> bool:
-    """True if the flag for field `name` appears on the command line (even with its default value)."""
-    flag = "--" + name.replace("_", "-")
-    return any(w == flag or w.startswith(flag + "=") or w == "--no-" + flag[2:] for w in words)

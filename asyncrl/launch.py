@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from asyncrl.config import Config, ConfigError, resume_changes
+from asyncrl.config import Config, ConfigError
 from asyncrl.learners.registry import check_algo
+from asyncrl.resolve import resume_changes
 from asyncrl.runtime import distributed
 
 

@@ -9,7 +9,8 @@ import pytest
 from test_cli import main_in_process
 
 from asyncrl.cli.train import main
-from asyncrl.config import ConfigError, config_from_flags
+from asyncrl.config import ConfigError
+from asyncrl.resolve import config_from_flags
 from tests.conftest import run_cli
 
 

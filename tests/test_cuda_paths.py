@@ -28,10 +28,11 @@ from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.registry import make_learner
 from asyncrl.policy import PolicyHead, module_device, restore_policy
 from asyncrl.runtime.checkpoint import save_checkpoint
-from asyncrl.runtime.cpus import cgroup_cpu_limit, default_learner_threads, usable_cpus
+from asyncrl.runtime.cpus import default_learner_threads
 from asyncrl.runtime.devices import configure_cuda_backends
 from asyncrl.runtime.distributed import NCCL_ERROR_ENV, nccl_error_environment
 from asyncrl.runtime.learner import learner_threads, read_resume_state
+from asyncrl.system import cgroup_cpu_limit, usable_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 META = torch.device("meta")

@@ -170,8 +170,8 @@ def test_skipped_command(command: DocCommand) -> None:
 
 def resolved_run_dir(argv: list[str]) -> str:
     """What `asyncrl-train ARGV --print-config` checks: the resolved settings, validated; returns the run directory."""
-    from asyncrl.config import parse_command_line
     from asyncrl.launch import validate
+    from asyncrl.resolve import parse_command_line
 
     if "--config" in argv:  # README's run.yaml: the example file of docs/configuration.md
         Path(argv[argv.index("--config") + 1]).write_text(

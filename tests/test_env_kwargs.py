@@ -13,8 +13,9 @@ import pytest
 from test_cli import main_in_process
 
 import asyncrl
-from asyncrl.config import ConfigError, config_from_flags
+from asyncrl.config import ConfigError
 from asyncrl.presets import preset_name
+from asyncrl.resolve import config_from_flags
 from tests.conftest import train_command
 
 ROOT = Path(__file__).resolve().parent.parent

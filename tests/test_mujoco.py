@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncrl.config import config_from_flags
+from asyncrl.resolve import config_from_flags
 from tests.conftest import run_cli
 
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (pip install 'asyncrl[mujoco]')")

@@ -18,7 +18,8 @@ from asyncrl.algo.moment_sync import MomentSync, moment_modules
 from asyncrl.algo.normalizers import RunningMeanStd, symexp, symlog
 from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
-from asyncrl.config import ConfigError, parse_command_line
+from asyncrl.config import ConfigError
+from asyncrl.resolve import parse_command_line
 
 SIZES = ((50, 7), (3, 120))  # samples per rank in each of two rounds: unequal, so averaging is wrong
 

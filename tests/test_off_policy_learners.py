@@ -193,7 +193,7 @@ def test_a_replay_buffer_above_the_ram_is_refused(tmp_path) -> None:
 
 
 def test_the_off_policy_preset_applies_only_to_unset_flags() -> None:
-    from asyncrl.config import config_from_flags
+    from asyncrl.resolve import config_from_flags
 
     cfg = config_from_flags(env="Pendulum-v1", algo="sac")
     assert (cfg.workers, cfg.envs_per_worker, cfg.rollout, cfg.batch_size, cfg.hidden_size) == (1, 8, 8, 64, 256)

@@ -10,7 +10,7 @@ from typing import Any
 
 def usable_cpus() -> int:
     """Cores this process may run on: the affinity mask (containers, taskset), capped by a cgroup CPU quota."""
-    from asyncrl.runtime.cpus import usable_cpus as cores
+    from asyncrl.system import usable_cpus as cores
 
     return cores()
 

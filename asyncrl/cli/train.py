@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from asyncrl.config import ConfigError, parse_command_line
+from asyncrl.config import ConfigError
 from asyncrl.envs.base import EnvError
 from asyncrl.launch import ForkError, run, validate
+from asyncrl.resolve import parse_command_line
 
 
 def main(argv: list[str] | None = None) -> int:

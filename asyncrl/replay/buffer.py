@@ -106,7 +106,7 @@ def _gib(n: float) -> str:
 def check_fits(nbytes: int, what: str = "replay buffer", available: int | None = None) -> None:
     """Raise ConfigError (one line, says what to do) when `nbytes` exceeds 80 % of the available RAM."""
     if available is None:
-        from asyncrl.runtime.supervisor import available_memory  # psutil + cgroup limit
+        from asyncrl.system import available_memory  # psutil + cgroup limit
 
         available = available_memory()
     if nbytes > MEMORY_FRACTION * available:

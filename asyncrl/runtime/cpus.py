@@ -1,62 +1,10 @@
-"""The CPU cores this process may actually use, and the default torch thread counts built on them; no torch here.
-
-`os.cpu_count()` is the machine's cores. A process may run on fewer: its affinity mask (taskset, Slurm, a
-container's cpuset) and a cgroup CPU quota (`docker --cpus`, Kubernetes CPU limits) both narrow it. Threads and
-worker counts sized on the machine's cores oversubscribe such a process.
-"""
+"""The default torch thread counts, built on the cores this process may use (`asyncrl.system`); no torch here."""
 
 from __future__ import annotations
 
-import math
-import os
+from asyncrl.system import local_world_size, usable_cpus
 
-CGROUP_V2_MAX = "/sys/fs/cgroup/cpu.max"
-CGROUP_V1_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
-CGROUP_V1_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
 CUDA_LEARNER_THREADS_MAX = 4  # a CUDA learner's CPU work is batch copies and kernel launches
-
-
-def affinity_cpus() -> int:
-    """Cores in this process's affinity mask (all of the machine's where the platform has no mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def cgroup_cpu_limit(v2_path: str = CGROUP_V2_MAX, v1_quota: str = CGROUP_V1_QUOTA,
-                     v1_period: str = CGROUP_V1_PERIOD) -> float | None:
-    """The cgroup's CPU quota in cores (`quota / period`), or None without a limit (or without cgroups)."""
-    try:
-        with open(v2_path) as f:
-            quota, period = (f.read().split() + ["100000"])[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open(v1_quota) as fq, open(v1_period) as fp:
-            quota_us, period_us = int(fq.read()), int(fp.read())
-        return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
-    except (OSError, ValueError):
-        return None
-
-
-def usable_cpus() -> int:
-    """Cores this process may use: its affinity mask, capped by the cgroup quota (rounded up), at least 1."""
-    cores = affinity_cpus()
-    limit = cgroup_cpu_limit()
-    if limit is not None:
-        cores = min(cores, max(1, math.ceil(limit)))
-    return max(1, cores)
-
-
-def local_world_size(environ: dict[str, str] | None = None) -> int:
-    """Ranks torchrun started on this node (1 outside torchrun): they share the node's cores."""
-    env = os.environ if environ is None else environ
-    try:
-        return max(1, int(env.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
 
 
 def default_learner_threads(device_type: str, policy_workers: int, cpus: int | None = None,

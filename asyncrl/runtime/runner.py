@@ -39,12 +39,12 @@ from asyncrl.runtime.run_meta import check_resume, write_meta
 from asyncrl.runtime.supervisor import (
     RunError,
     Supervisor,
-    available_memory,
     clean_checkpoint_temps,
     clean_stale_shm,
 )
 from asyncrl.runtime.trajectories import trajectory_bytes
 from asyncrl.runtime.wiring import build_wiring
+from asyncrl.system import available_memory
 
 SHUTDOWN_TIMEOUT_S = 8.0
 

@@ -323,21 +323,3 @@ def clean_checkpoint_temps(run_dir: str) -> list[str]:
             continue
     return names
 
-
-def available_memory() -> int:
-    """Bytes this process may still allocate: free RAM, or less under a cgroup (container) memory limit."""
-    available = psutil.virtual_memory().available
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            with open(limit_file) as f:
-                limit = f.read().strip()
-            with open(usage_file) as f:
-                usage = int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < 2**60:
-            available = min(available, max(0, int(limit) - usage))
-        break
-    return available
