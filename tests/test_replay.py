@@ -1,10 +1,9 @@
-"""Replay buffer, sum-tree, prioritized replay, rate limiter and sharding."""
+"""Replay buffer, sum-tree and prioritized replay."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import time
 
 import numpy as np
 import pytest
@@ -12,10 +11,7 @@ import pytest
 from asyncrl.config import ConfigError
 from asyncrl.replay.buffer import ReplayBuffer, check_fits, memory_bytes
 from asyncrl.replay.prioritized import PrioritizedReplay
-from asyncrl.replay.rate_limiter import RateLimiter
-from asyncrl.replay.sharded import ShardedReplay
 from asyncrl.replay.sum_tree import SumTree
-from asyncrl.runtime.shared import SharedArrays
 
 FORK = mp.get_context("fork")
 
@@ -269,91 +265,3 @@ def test_per_never_samples_transitions_whose_final_obs_was_evicted() -> None:
     per.update_priorities(lost, np.full(len(lost), 100.0))
     batch = per.sample(5000, np.random.default_rng(0))
     assert buf.sampleable.ravel()[batch.indices].all()
-
-
-# --- rate limiter ----------------------------------------------------------------------------------------------
-
-
-
-def test_rate_limiter_band_by_hand() -> None:
-    rl = RateLimiter(updates_per_step=2, min_steps=3, tolerance=2)  # diff kept in [6 - 2, 6 + 2]
-    assert not rl.can_sample()
-    for _ in range(3):
-        assert rl.can_insert()
-        rl.inserted()
-    assert rl.diff == 6 and rl.can_insert(1)  # 8 <= 8
-    assert not rl.can_insert(2)  # 10 > 8
-    rl.sampled(2)  # diff 4: the floor
-    assert not rl.can_sample() and rl.can_insert(2) and not rl.can_insert(3)
-    rl.inserted(2)
-    assert rl.can_sample(4) and not rl.can_sample(5)
-    rl.sampled(4)
-    assert rl.achieved_ratio == 6 / 2  # updates per step after the warm-up (the band lets it lead by 2)
-    with pytest.raises(ValueError, match="deadlock"):
-        RateLimiter(updates_per_step=4, tolerance=1, insert_chunk=1)
-
-
-def run_inserter(rl: RateLimiter, steps: int, chunk: int, delay: float, report: np.ndarray) -> None:
-    for _ in range(steps // chunk):
-        assert rl.wait_insert(chunk, timeout=30)
-        rl.inserted(chunk)
-        # own count exact, the learner's read afterwards can only be larger: the true diff was at most this
-        report[0] = max(report[0], rl.inserts * rl.ratio - rl.updates)
-        time.sleep(delay)
-    report[2] = 1  # done
-
-
-def run_learner(rl: RateLimiter, delay: float, report: np.ndarray) -> None:
-    while True:
-        if not rl.wait_sample(1, timeout=0.05):
-            if report[2] and not rl.can_sample(1):
-                return
-            continue
-        rl.sampled(1)
-        report[1] = min(report[1], rl.inserts * rl.ratio - rl.updates)
-        time.sleep(delay)
-
-
-@pytest.mark.parametrize("slow", ["learner", "inserter"])
-def test_rate_limiter_holds_its_band_across_two_processes(slow: str) -> None:
-    rl = RateLimiter(updates_per_step=2, min_steps=10, tolerance=6, insert_chunk=2)
-    report = SharedArrays({"r": ((3,), np.float64)})["r"]  # max diff seen, min diff seen, inserter done
-    report[:] = (-np.inf, np.inf, 0)
-    ins_delay, learn_delay = (0.0, 0.002) if slow == "learner" else (0.004, 0.0)
-    procs = [FORK.Process(target=run_inserter, args=(rl, 200, 2, ins_delay, report)),
-             FORK.Process(target=run_learner, args=(rl, learn_delay, report))]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0, 0]
-    assert rl.inserts == 200
-    assert rl.min_diff <= report[1] and report[0] <= rl.max_diff
-    if slow == "learner":  # the inserter was held back: it pressed against the upper edge
-        assert report[0] >= rl.max_diff - 2 * rl.ratio
-    else:  # the learner was starved: it pressed against the lower edge
-        assert report[1] <= rl.min_diff + 1
-    assert rl.achieved_ratio == pytest.approx(2.0, abs=(rl.tolerance + 1) / 190)
-
-
-# --- sharding --------------------------------------------------------------------------------------------------
-
-
-def test_sharded_replay_fills_round_robin_and_samples_in_proportion_to_size() -> None:
-    src = ChunkSource(envs=2, time_limit=6)
-    shards = ShardedReplay([ReplayBuffer(64, (2,), np.float32, (1,), segment_len=4, final_obs_capacity=32)
-                            for _ in range(3)])
-    for k in range(4):  # shards 0, 1, 2, 0: shard 0 holds twice as much
-        result = shards.insert(**src.chunk(4))
-        assert (result.indices // 64 == k % 3).all()
-    assert [s.size for s in shards.shards] == [16, 8, 8] and shards.size == 32
-    rng = np.random.default_rng(0)
-    batch = shards.sample(4000, rng)
-    per_shard = np.bincount(batch.indices // 64, minlength=3) / 4000
-    np.testing.assert_allclose(per_shard, [0.5, 0.25, 0.25], atol=0.03)
-    by_obs = {obs_id: (next_id, term) for obs_id, next_id, term, _ in src.expected.values()}
-    for i in rng.choice(len(batch.indices), 200):  # each sampled transition is whole (insert_index is per shard)
-        next_id, term = by_obs[int(batch.obs[i, 0])]
-        assert batch.actions[i, 0] == 2 * batch.obs[i, 0] and (term or batch.next_obs[i, 0] == next_id)
-    again = shards.gather(batch.indices[:100])
-    np.testing.assert_array_equal(again.insert_index, batch.insert_index[:100])

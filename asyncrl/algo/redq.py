@@ -2,7 +2,7 @@
 
 Reference: Chen, Wang, Zhou & Ross 2021, "Randomized Ensembled Double Q-Learning: Learning Fast Without a
 Model" (ICLR), algorithm 1: N = 10 critics, in-target minimisation over M = 2 drawn afresh for every update,
-a high update-to-data ratio G = 20 (see asyncrl.replay.rate_limiter), SAC's entropy term, and an actor
+a high update-to-data ratio G = 20 (--utd's default for redq), SAC's entropy term, and an actor
 trained on the mean of all N critics. Only terminated transitions stop the bootstrap.
 """
 

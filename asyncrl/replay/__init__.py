@@ -1,4 +1,4 @@
-"""Off-policy replay: a ring buffer, prioritized sampling, sharding and a sample-to-insert rate limiter.
+"""Off-policy replay: a ring buffer and prioritized sampling.
 
 Pure components, independent of the engine; see docs/off-policy.md.
 """
