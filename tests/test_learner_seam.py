@@ -14,7 +14,7 @@ from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.launch import validate
 from asyncrl.learners import registry
 from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.base import Learner, no_gradient_sync
+from asyncrl.learners.base import Learner, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.learners.batch import Batch
 from asyncrl.models.actor_critic import flat_state
 
@@ -31,6 +31,8 @@ class CountingLearner:
         self.version = self.samples_trained = self.nonfinite_streak = 0
         self.lr = cfg.lr
         self.sync_gradients = no_gradient_sync
+        self.agree_updates, self.heartbeat = same_update_count, no_heartbeat
+        self.extra_parameters, self.return_normalizer = (), None
 
     @staticmethod
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> torch.nn.Module:

@@ -20,7 +20,7 @@ from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
-from asyncrl.learners.base import GradientHook, no_gradient_sync
+from asyncrl.learners.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.eager import Adam
 from asyncrl.learners.rng_state import load_rng_state, rng_state
@@ -53,7 +53,7 @@ class APPOLearner:
         )
         self.value_transform = ValueTransform(cfg.value_transform)  # --value-transform symlog: head predicts symlog(V)
         # --normalize-returns: rewards divided by a running RMS of the V-trace targets (pooled across ranks by
-        # runtime/distributed.py, which looks for this attribute).
+        # asyncrl.runtime.distributed.group).
         # On the learner's device, beside the observation normaliser: the ranks pool both in one vector.
         self.return_normalizer = ReturnNormalizer().to(device) if cfg.normalize_returns else None
         self.version = 0
@@ -62,6 +62,10 @@ class APPOLearner:
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # consecutive skipped steps; the learner process stops the run after a few
         self.sync_gradients: GradientHook = no_gradient_sync  # the data-parallel hook, set by the learner process
+        # The rest of the learner contract: one update per batch, short train() calls, everything trained in model.
+        self.agree_updates: Callable[[int], int] = same_update_count
+        self.heartbeat: Callable[[], None] = no_heartbeat
+        self.extra_parameters: tuple[torch.Tensor, ...] = ()
 
     @staticmethod
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> ActorCritic:

@@ -23,11 +23,21 @@ def no_gradient_sync(_model: torch.nn.Module, _loss: torch.Tensor) -> None:
     """The gradient hook of a single learner: nothing to average."""
 
 
+def same_update_count(updates: int) -> int:
+    """The update-count hook of a single learner: its own count is the agreed one."""
+    return updates
+
+
+def no_heartbeat() -> None:
+    """The heartbeat outside a learner process: nothing to tell."""
+
+
 @runtime_checkable
 class Learner(Protocol):
     """One algorithm behind the learner process.
 
-    Attributes the process and its data-parallel hooks (`asyncrl.runtime.distributed`, torchrun) use:
+    Attributes the process and its data-parallel hooks (`asyncrl.runtime.distributed`, torchrun) use; every
+    learner has all of them (the hooks start as the no-ops of this module, which the process replaces):
     - `cfg`, `spec`, `device`: as given to the constructor.
     - `model`: the module whose trainable parameters the data-parallel hook averages gradients over (and whose
       floating-point buffers it averages after each update); may hold more than `policy_module()`.
@@ -40,6 +50,14 @@ class Learner(Protocol):
     - `stat_names`: the stats `train` reports for the metrics (recorded as None until the first update).
     - `sync_gradients`: called as `sync_gradients(model, loss)` between `loss.backward()` and clipping; the
       process sets it to the data-parallel hook (default `no_gradient_sync`).
+    - `agree_updates`: called as `agree_updates(n)` by a learner that runs a variable number `n` of gradient
+      updates per `train` call, which then runs the number it returns; the process sets it to the ranks'
+      minimum under torchrun (default `same_update_count`).
+    - `heartbeat`: a learner whose `train` calls run long (replay, high UTD) calls it now and then; the process
+      sets it to its liveness beat (default `no_heartbeat`).
+    - `extra_parameters`: trainable tensors outside `model` (SAC's temperature) whose gradients the data-parallel
+      hook averages too (default `()`).
+    - `return_normalizer`: a running return normaliser whose moments the ranks pool, or None.
     """
 
     cfg: Config
@@ -53,6 +71,10 @@ class Learner(Protocol):
     nonfinite_streak: int
     stat_names: tuple[str, ...]
     sync_gradients: GradientHook
+    agree_updates: Callable[[int], int]
+    heartbeat: Callable[[], None]
+    extra_parameters: tuple[torch.Tensor, ...]
+    return_normalizer: torch.nn.Module | None
 
     @staticmethod
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> torch.nn.Module:

@@ -25,7 +25,7 @@ from torch import nn
 from asyncrl.algo import q_divergence
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
-from asyncrl.learners.base import GradientHook, no_gradient_sync
+from asyncrl.learners.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.eager import Adam
 from asyncrl.learners.rng_state import load_rng_state, rng_state
@@ -39,14 +39,6 @@ Q_CHECK_SAMPLES = 512  # replay transitions the Q-divergence check draws (those 
 # older, worse policies would count the policy's improvement since then as critic overestimation.
 Q_CHECK_HORIZONS = 10
 MAX_HORIZON = 1000  # gamma = 1
-
-
-def _same(updates: int) -> int:
-    return updates
-
-
-def _no_heartbeat() -> None:
-    """The heartbeat outside a learner process: nothing to tell."""
 
 
 class OffPolicyActor(nn.Module):
@@ -190,11 +182,12 @@ class OffPolicyLearner:
         self._finite = True  # no step of the current update was skipped
         # Called after every gradient update; the learner process sets it to its liveness beat, so that the
         # utd x batch updates of one train() call (1,280 for REDQ's default) do not look like a hang.
-        self.heartbeat: Callable[[], None] = _no_heartbeat
+        self.heartbeat: Callable[[], None] = no_heartbeat
         self.sync_gradients: GradientHook = no_gradient_sync
         # The updates of one batch as agreed by the data-parallel ranks (their minimum; the rest carries over).
-        self.agree_updates: Callable[[int], int] = _same
+        self.agree_updates: Callable[[int], int] = same_update_count
         self.extra_parameters: tuple[torch.Tensor, ...] = ()  # trained outside `model` (averaged over the ranks)
+        self.return_normalizer: torch.nn.Module | None = None  # rewards are not normalised here
 
     @classmethod
     def build_policy(cls, spec: EnvSpec, cfg: Config, device: torch.device) -> OffPolicyActor:
