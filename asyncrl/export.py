@@ -1,7 +1,7 @@
 """Exporting a trained policy: a self-contained module from raw observations to the policy head's output.
 
 The exported module is the run's algo's `ActingHead` (`asyncrl.learners.base`), which `asyncrl.load_policy`
-uses too. For APPO (`asyncrl.policy.PolicyHead`) it maps a batch of raw observations (the env's dtype and
+uses too. For APPO (`asyncrl.learners.appo_head.PolicyHead`) it maps a batch of raw observations (the env's dtype and
 shape, e.g. uint8 frames or float32 vectors) to action logits (discrete actions) or Gaussian action means
 (continuous ones), applying every preprocessing step the trained model applies: the running observation
 normaliser when the run used one (clipped to +-5), uint8 frames scaled to [0, 1] inside the CNN. For SAC, TD3
@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from asyncrl.envs.base import MASK_KEY
-from asyncrl.policy import LoadedRun, PolicyHead, PolicyLoadError, load_run_policy
+from asyncrl.learners.appo_head import PolicyHead
+from asyncrl.policy import LoadedRun, PolicyLoadError, load_run_policy
 
 FORMATS = ("torchscript", "onnx")
 ONNX_OPSET = 18
@@ -95,6 +96,8 @@ def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[
         raise ExportError(str(exc)) from None
     policy = run.head
     spec = run.spec
+    if policy.state_layout():  # the exported graph is the policy output of an actor without state
+        raise ExportError(f"the policy of {run_dir} carries a recurrent state, which the export does not take")
     example: Any = ({k.key: torch.from_numpy(np.zeros((2, *k.shape), dtype=k.dtype)) for k in spec.obs_keys}
                     if spec.is_dict else torch.from_numpy(np.zeros((2, *spec.obs_shape), dtype=spec.obs_dtype)))
     stem = os.path.splitext(out)[0]

@@ -3,8 +3,9 @@
 `load_policy(RUN_DIR)` returns a `Policy`: raw env observations (numpy or tensor, one or a batch) -> actions,
 greedy by default, sampled with `sample=True`. The run's `algo` says which module its checkpoint holds and under
 which key (`asyncrl.learners.registry.published_policy`), and how to act with it (its `ActingHead`, which is also
-what `asyncrl-export` writes to a file). `PolicyHead` is APPO's: raw observations -> the policy head's output,
-with the observation normaliser and preprocessing inside.
+what `asyncrl-export` writes to a file). `PolicyHead` is APPO's (`asyncrl.learners.appo_head`): raw
+observations -> the policy head's output, with the observation normaliser and preprocessing inside. Actions come
+from the head's `act` (the acting contract, `asyncrl.learners.acting`).
 """
 
 from __future__ import annotations
@@ -20,146 +21,18 @@ import torch
 from torch import nn
 
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic, MultiCategorical, apply_action_mask, greedy_actions
-from asyncrl.models.tuple_actions import TupleDistribution, clip_boxes
+from asyncrl.learners.acting import module_device
+from asyncrl.learners.appo_head import NORM_EPS, OBS_CLIP, PolicyHead
 
 if TYPE_CHECKING:
     from asyncrl.learners.base import ActingHead
 
-OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
-NORM_EPS = 1e-8
+__all__ = ["NORM_EPS", "OBS_CLIP", "LoadedRun", "Policy", "PolicyHead", "PolicyLoadError", "load_policy",
+           "load_run_policy", "module_device", "read_checkpoint", "restore_policy"]
 
 
 class PolicyLoadError(ValueError):
     """A run whose policy cannot be loaded (no directory, no good checkpoint, a model that does not match)."""
-
-
-class PolicyHead(nn.Module):
-    """raw observations [N, *obs_shape] -> logits or action means [N, A] (float32): APPO's `ActingHead`.
-
-    Everything the trained model does to an observation is inside: the running observation normaliser when
-    the run used one (clipped to +-5), the CNN's `/ 255` scaling of uint8 frames. It computes in float32.
-    Greedy actions are the most likely action (discrete) or the Gaussian mean clipped to the action bounds.
-    """
-
-    def __init__(self, model: ActorCritic, spec: EnvSpec):
-        super().__init__()
-        self.encoder = model.encoder
-        self.policy_head = model.policy_head
-        self.spec = spec
-        self.output_name = ("logits" if spec.discrete or spec.multi_discrete else
-                            "logits_and_means" if spec.is_tuple else "action_mean")
-        norm = model.obs_normalizer
-        device = module_device(model)  # every buffer beside the model's own weights: inputs are moved there
-        self.dict_obs = model.dict_obs
-        if self.dict_obs:  # Dict observations: {key: [N, ...]}; per vector key, its normaliser's statistics
-            self.normalize = False
-            self.keys = list(model.encoder.encoders.keys())
-            norms = dict(norm.items()) if norm is not None else {}
-            self.normalized_keys = list(norms)
-            for k, n in norms.items():
-                self.register_buffer(f"obs_mean_{k}", n.mean.float().clone().to(device))
-                self.register_buffer(f"obs_var_{k}", n.var.float().clone().to(device))
-            self.register_buffer("obs_mean", torch.zeros(1, device=device))  # the key every export format has
-        else:
-            self.normalize = norm is not None
-            shape = norm.shape if norm is not None else (1,)
-            # float32 copies: the exported graph has no float64 ops (the trained model casts its stats the same way)
-            self.register_buffer("obs_mean", (norm.mean if norm is not None else torch.zeros(shape)).float().clone()
-                                 .to(device))
-            self.register_buffer("obs_var", (norm.var if norm is not None else torch.ones(shape)).float().clone()
-                                 .to(device))
-        if model.parts:  # a Tuple action: its Box parts' log_std; each part's bounds come with the spec
-            if spec.gaussian_dims:
-                self.register_buffer("log_std", model.log_std.detach().float().clone())
-        elif not (model.discrete or model.nvec):
-            self.register_buffer("log_std", model.log_std.detach().float().clone())
-            box = spec.action_space  # not saved with the weights: the exported files describe the bounds
-            self.register_buffer("action_low", torch.as_tensor(np.asarray(box.low, np.float32), device=device),
-                                 persistent=False)
-            self.register_buffer("action_high", torch.as_tensor(np.asarray(box.high, np.float32), device=device),
-                                 persistent=False)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.dict_obs:
-            logits = self.policy_head(self.encoder(self._normalized_dict(obs)))
-            return apply_action_mask(logits, obs) if self.spec.masked else logits
-        if self.normalize:
-            x = obs.float()
-            obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
-        return self.policy_head(self.encoder(obs))
-
-    def actions(self, obs: torch.Tensor, sample: bool) -> torch.Tensor:
-        out = self(obs)
-        return self._sample(out) if sample else self._greedy(out)
-
-    def _greedy(self, out: torch.Tensor) -> torch.Tensor:
-        actions = greedy_actions(out, self.spec)
-        if self.spec.discrete or self.spec.multi_discrete or self.spec.is_tuple:  # a Tuple's Box parts: clipped
-            return actions
-        return torch.clamp(actions, self.action_low, self.action_high)
-
-    def _sample(self, out: torch.Tensor) -> torch.Tensor:
-        if self.spec.discrete:
-            return torch.distributions.Categorical(logits=out).sample()
-        if self.spec.multi_discrete:
-            return MultiCategorical(out, self.spec.nvec).sample()
-        if self.spec.is_tuple:
-            dist = TupleDistribution(out, self.spec.parts, getattr(self, "log_std", None))
-            return clip_boxes(dist.sample(), self.spec.parts)
-        noisy = out + self.log_std.exp() * torch.randn_like(out)
-        return torch.clamp(noisy, self.action_low, self.action_high)
-
-    def describe(self) -> dict[str, Any]:
-        spec = self.spec
-        pre: list[dict[str, Any]] = []
-        if self.dict_obs and self.normalized_keys:
-            pre.append({"op": "normalize", "keys": list(self.normalized_keys),
-                        "formula": "clip((obs[key] - mean) / sqrt(var + eps), -clip, clip)", "eps": NORM_EPS,
-                        "clip": OBS_CLIP, "mean_key": "obs_mean_<key>", "var_key": "obs_var_<key>",
-                        "applied_inside_model": True})
-        elif self.normalize:
-            pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
-                        "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
-                        "applied_inside_model": True})
-        if spec.has_image:
-            pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True,
-                        **({"keys": [k.key for k in spec.obs_keys if k.image]} if spec.is_dict else {})})
-        if spec.is_tuple:
-            output = {"name": "logits_and_means", "shape": ["N", spec.num_actions],
-                      "meaning": "each Tuple part's logits (Discrete, MultiDiscrete component after component) or "
-                                 "Gaussian means (Box) one after another, as action.parts' out_offset/out_width "
-                                 "give; the greedy action is each part's argmax (plus start) or its mean clipped to "
-                                 "the bounds",
-                      **({"log_std": self.log_std.tolist()} if spec.gaussian_dims else {})}
-        elif spec.multi_discrete:
-            output = {"name": "logits", "shape": ["N", spec.num_actions],
-                      "meaning": "the components' logits one after another (nvec[0] of them, then nvec[1], ...); "
-                                 "the greedy action is the argmax within each component, plus start"}
-        elif spec.discrete:
-            output = {"name": "logits", "shape": ["N", spec.num_actions],
-                      "meaning": "unnormalised log-probabilities of each action; argmax is the greedy action, "
-                                 "softmax the policy's probabilities"}
-        else:
-            output = {"name": "action_mean", "shape": ["N", spec.num_actions],
-                      "meaning": "means of the diagonal Gaussian policy (the greedy action, before clipping to the "
-                                 "action bounds); std = exp(log_std) from the weights file",
-                      "log_std": self.log_std.tolist()}
-        return {"preprocessing": pre, "output": output}
-
-    def _normalized_dict(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = dict(obs)
-        for k in self.normalized_keys:
-            mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
-            out[k] = torch.clamp((obs[k].float() - mean) / torch.sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
-        return out
-
-
-def module_device(module: nn.Module) -> torch.device:
-    """The device of a module's first parameter (of its first buffer when it has none; the CPU when neither)."""
-    for tensor in (*module.parameters(), *module.buffers()):
-        return tensor.device
-    return torch.device("cpu")
 
 
 @dataclass
@@ -242,9 +115,9 @@ class Policy(nn.Module):
     Takes one observation (the env's observation shape) or a batch of them (a leading batch dimension), as a
     numpy array or a tensor, and returns actions of the same kind: a numpy array (a numpy scalar for one
     discrete action) for numpy input, a tensor for tensor input. Greedy and sampled actions are the run's
-    algo's (`ActingHead.actions`): for APPO the most likely action (discrete) or the Gaussian mean clipped to
-    the action bounds (continuous); for SAC and REDQ `center + half_range tanh(mean)`, for TD3 the deterministic
-    actor's action.
+    algo's (the head's `act`, `asyncrl.learners.acting`): for APPO the most likely action (discrete) or the
+    Gaussian mean clipped to the action bounds (continuous); for SAC and REDQ `center + half_range tanh(mean)`,
+    for TD3 the deterministic actor's action.
     For a Dict observation space it takes a dict of such arrays (or tensors), one per key, as the env returns
     them (channels-last images included).
     """
@@ -289,7 +162,10 @@ class Policy(nn.Module):
                                  f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
             x = x.unsqueeze(0) if single else x
             x = x.permute(0, 3, 1, 2) if self.spec.channels_last else x
-        actions = self.head.actions(x, self.sample if sample is None else sample)
+        n = next(iter(x.values())).shape[0] if isinstance(x, dict) else x.shape[0]
+        first = torch.ones(n, dtype=torch.bool, device=self.device)  # each call: observations of fresh episodes
+        sample = self.sample if sample is None else sample
+        actions, _, _ = self.head.act(x, self.head.initial_state(n), first, greedy=not sample)
         if single:
             actions = actions[0]
         if not as_numpy:

@@ -38,12 +38,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def play(head, env, args: argparse.Namespace, screens: Screens | None = None) -> tuple[list[float], list[np.ndarray]]:
     """Scores of `args.episodes` full episodes, and the first episode's frames (from `screens`) when a video is
-    wanted. `head` is the run's `asyncrl.learners.base.ActingHead`: it picks the actions the env receives."""
+    wanted. `head` is the run's `asyncrl.learners.base.ActingHead`: it picks the actions the env receives, through
+    the acting contract (`asyncrl.learners.acting.Actor`)."""
     import torch
 
     from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
+    from asyncrl.learners.acting import module_device
     from asyncrl.models.obs import obs_from_numpy
-    from asyncrl.policy import module_device
 
     spec = env.spec
     obs = obs_zeros(spec, 1)
@@ -56,15 +57,17 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
         if screens.note:
             print(f"asyncrl-enjoy: {screens.note}")
     device = module_device(head)
+    state, first = head.initial_state(1), torch.ones(1, dtype=torch.bool, device=device)  # the acting contract
     scores, frames, steps, score = [], [], 0, 0.0
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
         if recording:
             frames.append(screens.frame(first_image(obs[0])))
         with torch.no_grad():
-            act = head.actions(obs_from_numpy(obs, device), sample=not args.greedy)
+            act, _, state = head.act(obs_from_numpy(obs, device), state, first, greedy=args.greedy)
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
+        first[0] = bool(terminated[0] or truncated[0])
         if recording:
             screens.step(actions)
         steps += 1

@@ -20,6 +20,7 @@ from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.learners.appo_head import PolicyHead
 from asyncrl.learners.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.eager import Adam
@@ -27,7 +28,6 @@ from asyncrl.learners.rng_state import load_rng_state, rng_state
 from asyncrl.models.actor_critic import ActorCritic, build_model
 from asyncrl.models.obs import map_obs
 from asyncrl.models.precision import resolve_precision
-from asyncrl.policy import PolicyHead
 
 
 class APPOLearner:

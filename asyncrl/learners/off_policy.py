@@ -25,6 +25,7 @@ from torch import nn
 from asyncrl.algo import q_divergence
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.learners.acting import FeedForward, State
 from asyncrl.learners.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.learners.batch import Batch
 from asyncrl.learners.eager import Adam
@@ -72,6 +73,11 @@ class OffPolicyActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net(obs, deterministic=True)
 
+    @torch.no_grad()
+    def greedy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The greedy action `center + half_range tanh(mean)` and its log-prob (the evaluator's greedy episodes)."""
+        return self.net(obs, deterministic=True)
+
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The training-time action: reparameterised sample (SAC) or the deterministic mean (TD3)."""
         return self.net(obs, deterministic=self.deterministic)
@@ -97,8 +103,9 @@ class OffPolicyActor(nn.Module):
         return torch.maximum(torch.minimum(action, self.high), self.low), logp
 
 
-class OffPolicyHead(nn.Module):
-    """An `OffPolicyActor` as the checkpoint consumers run it (`asyncrl.learners.base.ActingHead`).
+class OffPolicyHead(nn.Module, FeedForward):
+    """An `OffPolicyActor` as the checkpoint consumers run it (`asyncrl.learners.base.ActingHead`), and an
+    `asyncrl.learners.acting.Actor` without state.
 
     `forward(obs)` (what `asyncrl-export` writes) is the greedy action, already within the action bounds:
     `center + half_range tanh(mean)` (for TD3 the deterministic actor). `actions(obs, sample=True)` acts as the
@@ -116,9 +123,17 @@ class OffPolicyHead(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor.net.greedy(obs)
 
-    @torch.no_grad()
     def actions(self, obs: torch.Tensor, sample: bool) -> torch.Tensor:
-        return self.actor.explore(obs)[0] if sample else self(obs)
+        return self.act(obs, {}, None, greedy=not sample)[0]
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, state: State, first: torch.Tensor | None,
+            greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """The acting contract: the greedy action (`forward`) or the policy workers' draw after the warm-up."""
+        if greedy:
+            return self(obs), self.actor.greedy(obs)[1], state
+        actions, logp = self.actor.explore(obs)
+        return actions, logp, state
 
     def describe(self) -> dict:
         how = ("the deterministic actor's action (TD3; training adds Gaussian noise of exploration_noise half "

@@ -27,13 +27,30 @@ def greedy_actions(policy_out: torch.Tensor, spec: EnvSpec) -> torch.Tensor:
     """The most likely action from a published policy's output: the argmax of discrete logits, the argmax within
     each MultiDiscrete component, and for continuous actions the output itself (a Gaussian mean, or an
     off-policy actor's greedy action)."""
-    if spec.discrete:
-        return policy_out.argmax(-1)
-    if spec.multi_discrete:
-        return MultiCategorical(policy_out, spec.nvec).mode
-    if spec.is_tuple:
-        return clip_boxes(TupleDistribution(policy_out, spec.parts, None).mode, spec.parts)
-    return policy_out
+    return greedy_from(policy_out, spec.discrete, spec.nvec, spec.parts)
+
+
+def greedy_from(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], parts: tuple) -> torch.Tensor:
+    """`greedy_actions` from the action space's description (as the ActorCritic keeps it)."""
+    if discrete:
+        return out.argmax(-1)
+    if nvec:
+        return MultiCategorical(out, nvec).mode
+    if parts:
+        return clip_boxes(TupleDistribution(out, parts, None).mode, parts)
+    return out
+
+
+def action_distribution(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], parts: tuple,
+                        log_std: torch.Tensor | None) -> Distribution:
+    """The policy's distribution over actions from a policy head's output `out` [N, A]."""
+    if discrete:
+        return Categorical(logits=out)
+    if nvec:
+        return MultiCategorical(out, nvec)
+    if parts:
+        return TupleDistribution(out, parts, log_std)
+    return Independent(Normal(out, log_std.exp().expand_as(out)), 1)
 
 
 def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -123,38 +140,52 @@ class ActorCritic(nn.Module):
             self.obs_normalizer.update(obs[mask])
 
     def distribution(self, policy_out: torch.Tensor) -> Distribution:
-        if self.discrete:
-            return Categorical(logits=policy_out)
-        if self.nvec:
-            return MultiCategorical(policy_out, self.nvec)
-        if self.parts:
-            return TupleDistribution(policy_out, self.parts, getattr(self, "log_std", None))
-        return Independent(Normal(policy_out, self.log_std.exp().expand_as(policy_out)), 1)
+        return action_distribution(policy_out, self.discrete, self.nvec, self.parts, getattr(self, "log_std", None))
+
+    def policy_out(self, obs: Obs) -> torch.Tensor:
+        """obs [N, ...] -> the policy head's output [N, A] (masked logits or Gaussian means); no value head."""
+        out = self.policy_head(self._encode(self.encoder, self._normalized(obs)))
+        return apply_action_mask(out, obs) if self.masked else out
 
     @torch.inference_mode()
     def act(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample actions for inference: (actions, log-probs).
+        """Sample actions for inference: (actions, log-probs); see `sample_actions`."""
+        return sample_actions(self.policy_out(obs), self.discrete, self.nvec, self.parts,
+                              getattr(self, "log_std", None))
 
-        The hot path of every policy worker, so it avoids building distribution objects: Gumbel-max
-        sampling for categorical heads (all MultiDiscrete components at once), reparameterised noise for Gaussian
-        ones.
-        """
-        out = self.policy_head(self._encode(self.encoder, self._normalized(obs)))  # acting needs no value
-        if self.masked:
-            out = apply_action_mask(out, obs)
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            actions = gumbel_argmax(logp_all)
-            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        if self.nvec or self.parts:
-            dist = self.distribution(out)
-            actions = dist.sample()
-            return actions, dist.log_prob(actions)
-        std = self.log_std.exp()
-        eps = torch.randn_like(out)
-        actions = out + std * eps
-        logp = (-0.5 * eps.square() - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return actions, logp
+    @torch.inference_mode()
+    def greedy(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """The most likely actions and their log-probs: the argmax (within each component), the Gaussian mean
+        (not clipped; a Tuple's Box parts clipped to their bounds)."""
+        out = self.policy_out(obs)
+        actions = greedy_from(out, self.discrete, self.nvec, self.parts)
+        return actions, self.distribution(out).log_prob(actions)
+
+
+def sample_actions(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], parts: tuple,
+                   log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions, log-probs) drawn from a policy head's output `out` [N, A].
+
+    The hot path of every policy worker, so it avoids building distribution objects where it can: Gumbel-max
+    sampling for categorical heads (all MultiDiscrete components at once), reparameterised noise for Gaussian
+    ones (not clipped to the action bounds: the log-prob is the drawn action's).
+    """
+    if discrete:
+        logp_all = torch.log_softmax(out, dim=-1)
+        actions = gumbel_argmax(logp_all)
+        return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    if nvec:
+        dist = MultiCategorical(out, nvec)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions)
+    if parts:
+        dist = TupleDistribution(out, parts, log_std)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions)
+    eps = torch.randn_like(out)
+    actions = out + log_std.exp() * eps
+    logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    return actions, logp
 
 
 def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False) -> ActorCritic:

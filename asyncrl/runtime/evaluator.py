@@ -3,10 +3,10 @@
 When the runner asks (`runtime/eval_schedule.py`), it loads the learner's newest weights through the same
 seqlock reader as the policy workers, plays `--eval-episodes` whole episodes with greedy actions (argmax, the
 Gaussian mean, or an off-policy actor's greedy action) and as many with actions sampled as the policy workers
-sample them (`act`), and reports the returns on the reports queue. Atari envs
-are in eval mode (whole games, raw scores). The best weights by greedy return so far are kept as
-`checkpoints/best.pt` (`runtime/best_checkpoint.py`); with `--eval-video` one greedy episode per evaluation is
-written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard).
+sample them, both through the acting contract (`asyncrl.learners.acting`), and reports the returns on the
+reports queue. Atari envs are in eval mode (whole games, raw scores). The best weights by greedy return so far
+are kept as `checkpoints/best.pt` (`runtime/best_checkpoint.py`); with `--eval-video` one greedy episode per
+evaluation is written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard).
 
 It runs at the lowest CPU priority (nice 19) with one torch thread, so on contended cores it gets what the
 learner, the policy workers and the rollout workers leave. Torch is imported only inside this process.
@@ -48,7 +48,7 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
 
     from asyncrl.learners.registry import learner_class
     from asyncrl.runtime.best_checkpoint import read_best_return, save_best
-    from asyncrl.runtime.policy_worker import WeightsReader
+    from asyncrl.runtime.weights import WeightsReader
 
     torch.set_num_threads(1)
     beat = channels.live["beat_eval"]
@@ -111,11 +111,13 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
     """(return, length) of the first episode of each of `n` fresh envs, and env 0's frames when `record`."""
     import torch
 
-    from asyncrl.models.actor_critic import greedy_actions
-
-    env, render = _make_env(cfg, n, record)
+    from asyncrl.learners.acting import published_actor
     from asyncrl.models.obs import obs_from_numpy
 
+    env, render = _make_env(cfg, n, record)
+    actor = published_actor(model)
+    state = actor.initial_state(n)
+    first = np.ones(n, np.bool_)  # each env's episode starts at this step
     obs = obs_zeros(spec, n)
     reward, done = np.zeros(n, np.float32), np.zeros(n, np.bool_)
     actions = np.zeros((n, *spec.action_shape), dtype=spec.action_dtype)
@@ -131,15 +133,11 @@ def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callab
                 frames.append(frame if frame is not None else _obs_frame(first_image(obs[0])))
             if finished.all() or not alive():
                 break
-            with torch.inference_mode():
-                x = obs_from_numpy(obs)
-                if greedy:  # the published module's forward: logits or Gaussian means, or the greedy action
-                    policy_out, _ = model(x)
-                    act = greedy_actions(policy_out, spec)
-                else:  # as the policy workers sample
-                    act, _ = model.act(x)
+            with torch.inference_mode():  # greedy: the most likely action; sampled: as the policy workers sample
+                act, _, state = actor.act(obs_from_numpy(obs), state, torch.from_numpy(first), greedy)
             actions[:] = act.numpy()
             step(actions, obs, reward, done)
+            first[:] = done
             running = ~finished
             returns[running] += reward[running]
             lengths[running] += 1
