@@ -7,12 +7,19 @@ directly, an off-policy one copies it into its replay buffer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from asyncrl.models.obs import Obs, map_obs
+
+
+class TensorDict(dict[str, torch.Tensor]):
+    """Named tensors (a recurrent state), cloned together as one."""
+
+    def clone(self) -> TensorDict:
+        return TensorDict({k: v.clone() for k, v in self.items()})
 
 
 @dataclass
@@ -29,6 +36,18 @@ class Batch:
     final_step: torch.Tensor  # [B] that truncation's step, -1 when the env has none
     lag: torch.Tensor  # [T, B] learner version - behaviour version
     valid: torch.Tensor | None = None  # [T, B] bool; False where the env raised (None: all valid)
+    # [T + 1, B] bool: the env's episode starts at step t (the recurrent state restarts there); when not given,
+    # the steps after an episode end (and none at step 0)
+    first: torch.Tensor | None = None
+    # {name: [B, ...]}: the actor's state before step 0 (`asyncrl.learners.acting`; {} for feed-forward actors)
+    initial_state: TensorDict = field(default_factory=TensorDict)
+
+    def __post_init__(self) -> None:
+        if self.first is None:
+            ended = self.terminated.bool() | self.truncated.bool()
+            self.first = torch.cat([torch.zeros_like(ended[:1]), ended])
+        if not isinstance(self.initial_state, TensorDict):
+            self.initial_state = TensorDict(self.initial_state)
 
     def columns(self, cols: slice) -> Batch:
         def take(f: str, x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +72,8 @@ class Batch:
         return self.truncated & (steps == self.final_step.unsqueeze(0))
 
 
-PER_ENV = frozenset({"final_obs", "final_step"})  # Batch fields indexed by env only (no time dimension)
+STATE = "state/"  # the slots' state arrays (`asyncrl.runtime.trajectories.STATE`)
+PER_ENV = frozenset({"final_obs", "final_step", "initial_state"})  # Batch fields indexed by env only (no time)
 
 
 def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int, device: torch.device) -> Batch:
@@ -75,6 +95,10 @@ def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int
         keys = [k for k in traj if k.startswith(name + "/")]  # a Dict observation: one array per key
         return {k[len(name) + 1:]: copy(k) for k in keys}
 
+    def initial(name: str) -> torch.Tensor:
+        x = torch.from_numpy(traj[name][slots, 0])  # [k, E, ...]: the state before each slot's first step
+        return x.reshape(-1, *x.shape[2:]).to(device)
+
     e = traj["valid"].shape[2]
     versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
     return Batch(
@@ -88,4 +112,6 @@ def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int
         final_step=env_major("final_step"),
         lag=(version - versions).to(device),
         valid=time_major("valid"),
+        first=time_major("first"),
+        initial_state=TensorDict({k[len(STATE):]: initial(k) for k in traj if k.startswith(STATE)}),
     )

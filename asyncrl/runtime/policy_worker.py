@@ -1,8 +1,11 @@
 """Policy worker: batches observation requests from many rollout workers into one forward pass.
 
-It gathers the requested observations from the shared trajectory buffer, samples actions, writes actions,
-log-probs and its policy version back into the same slots, and tells each rollout worker which of its splits
-is ready. Between batches it picks up the learner's newest weights when their version has changed.
+It gathers the requested observations from the shared trajectory buffer, samples actions through the acting
+contract (`asyncrl.learners.acting`), writes actions, log-probs and its policy version back into the same slots,
+and tells each rollout worker which of its splits is ready. An actor with state also gathers each env's state
+and episode-start flag at the step and writes the state after it into the next step's row (a feed-forward
+actor has neither, and nothing is gathered). Between batches it picks up the learner's newest weights when their
+version has changed.
 """
 
 from __future__ import annotations
@@ -14,41 +17,16 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.learners.acting import published_actor
 from asyncrl.learners.registry import learner_class
-from asyncrl.models.actor_critic import flat_state
 from asyncrl.runtime.channels import Channels, Empty
 from asyncrl.runtime.devices import resolve_device
 from asyncrl.runtime.interval_stats import IntervalStats
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.seeding import make_deterministic
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
-from asyncrl.runtime.trajectories import obs_arrays
-
-
-class WeightsReader:
-    """Keeps a local model in sync with the learner's published weights."""
-
-    def __init__(self, model: torch.nn.Module, weights: SharedWeights):
-        self.model, self.weights = model, weights
-        self.tensors = flat_state(model)
-        self.scratch = np.empty(sum(t.numel() for t in self.tensors), dtype=np.float32)
-        self.version = 0
-
-    def refresh(self) -> bool:
-        """Load newer weights if there are any; True if the model changed."""
-        if self.weights.version == self.version:
-            return False
-        version = self.weights.read_into(self.scratch)
-        if version is None:
-            return False
-        src = torch.from_numpy(self.scratch)
-        offset = 0
-        with torch.no_grad():
-            for t in self.tensors:
-                t.copy_(src[offset:offset + t.numel()].view_as(t), non_blocking=True)
-                offset += t.numel()
-        self.version = version
-        return True
+from asyncrl.runtime.trajectories import obs_arrays, state_arrays
+from asyncrl.runtime.weights import WeightsReader
 
 
 def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
@@ -59,6 +37,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         make_deterministic()
     device = resolve_device(cfg.device)
     model = learner_class(cfg.algo).build_policy(spec, cfg, device).eval()  # what the learner publishes
+    actor = published_actor(model)
     reader = WeightsReader(model, weights)
     while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
         reader.refresh() or time.sleep(0.01)
@@ -66,6 +45,10 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     torch.manual_seed(hash((cfg.seed, index, int(channels.live["policy_epoch"][0]), reader.version)) % 2**63)
 
     obs, actions, logp, versions = obs_arrays(traj, "obs"), traj["actions"], traj["logp"], traj["versions"]
+    first, state = traj["first"], state_arrays(traj)
+    layout = actor.state_layout()
+    if set(layout) != set(state) or any(state[k].shape[3:] != tuple(shape) for k, (shape, _) in layout.items()):
+        raise RuntimeError(f"the trajectory slots hold the state {sorted(state)}, the actor's is {sorted(layout)}")
     want, acted = channels.live["want"], channels.live["acted"]  # the action handshake (runtime/liveness.py)
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
     stats = IntervalStats(channels, "policy", index)
@@ -100,7 +83,15 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
             batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
             flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
             n_samples = flat.shape[0]
-        acts, lps = model.act(flat)
+        if state:  # a recurrent actor: each env's state and episode start at this step, its state after it
+            starts = torch.from_numpy(first[slots, steps]).flatten().to(device, non_blocking=True)
+            before = {k: torch.from_numpy(a[slots, steps]).flatten(0, 1).to(device, non_blocking=True)
+                      for k, a in state.items()}
+            acts, lps, after = actor.act(flat, before, starts)
+            for k, a in state.items():
+                a[slots, steps + 1] = after[k].cpu().numpy().reshape(len(requests), cfg.envs_per_split, *a.shape[3:])
+        else:
+            acts, lps, _ = actor.act(flat, {}, None)
         actions[slots, steps] = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
         logp[slots, steps] = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
         versions[slots, steps] = reader.version

@@ -32,9 +32,10 @@ FATAL_PUT_TIMEOUT_S = 10.0
 
 class RolloutGuard:
     def __init__(self, worker: int, cfg: Config, channels: Channels, obs: np.ndarray, valid: np.ndarray,
-                 slots: list[int], steps: list[int]):
+                 slots: list[int], steps: list[int], first: np.ndarray):
         self.worker, self.cfg, self.channels = worker, cfg, channels
         self.obs, self.valid, self.slots, self.steps = obs, valid, slots, steps
+        self.first = first  # the slots' episode-start flags: a reset, a replaced env instance
         live = channels.live
         self.beat, self.owner = live["beat_rollout"], live["slot_owner"]
         self.want, self.acted = live["want"], live["acted"]
@@ -77,6 +78,7 @@ class RolloutGuard:
             self.fatal(str(exc))
         except Exception as exc:  # a backend that cannot replace one env: no episode can start
             self.fatal(f"{self.cfg.env} env failed before its first step: {type(exc).__name__}: {exc}")
+        self.first[slot, 0] = True  # every env of the split starts an episode
         self.replaced(split, slot, None)
         self.acted[slot] = NO_OWNER
         self.want[slot] = 0
@@ -91,13 +93,16 @@ class RolloutGuard:
                 "worker": self.worker, "action": "reset the split's envs (its trajectory starts over)"})
 
     def replaced(self, split: int, slot: int, t: int | None) -> int:
-        """Count the env instances the split's backend replaced (returned); a failed step `t` is marked invalid."""
+        """Count the env instances the split's backend replaced (returned); a failed step `t` is marked invalid,
+        and the fresh instance's first observation (at t + 1) starts an episode."""
         faults = getattr(self.envs[split], "faults", None)
         if not faults:
             return 0
         for fault in faults:
-            if fault.where == "step" and t is not None:
-                self.valid[slot, t, fault.index] = False
+            if t is not None:
+                self.first[slot, t + 1, fault.index] = True
+                if fault.where == "step":
+                    self.valid[slot, t, fault.index] = False
         self.errors += len(faults)
         self.env_errors[self.worker] += len(faults)
         last = faults[-1]

@@ -4,8 +4,10 @@ The worker's envs form `worker_splits` groups. While one group waits for its act
 the worker steps another (double buffering). For each group it owns one trajectory slot at a time; when the
 slot holds `rollout` steps it goes to the learner and the worker takes a free one. No torch in this process.
 
-A full slot is the learner's the moment it is on the `full` queue: everything the worker still needs from it
-(the bootstrap observation that starts the next trajectory) is copied out first, and its pending-request
+The worker writes `first`, the envs' episode starts (after an episode end, at a split's reset, where the backend
+replaced an env instance). A full slot is the learner's the moment it is on the `full` queue: everything the
+worker still needs from it (the bootstrap observation that starts the next trajectory, its `first` flags and the
+actor's state the policy worker wrote for it) is copied out first, and its pending-request
 marker is cleared first, so a re-sent request cannot make a policy worker write into it. Each hand-over is
 recorded in `transit` (see liveness.py), so the runner knows when a dead worker may have lost a slot.
 """
@@ -25,7 +27,7 @@ from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING, read_training
 from asyncrl.runtime.process import init_child
 from asyncrl.runtime.rollout_guard import RolloutGuard
 from asyncrl.runtime.shared import SharedArrays
-from asyncrl.runtime.trajectories import NO_FINAL, obs_arrays
+from asyncrl.runtime.trajectories import NO_FINAL, obs_arrays, state_arrays
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:
@@ -33,13 +35,17 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     obs, actions, rewards, valid = obs_arrays(traj, "obs"), traj["actions"], traj["rewards"], traj["valid"]
     terminated, truncated, final_step = traj["terminated"], traj["truncated"], traj["final_step"]
     final_obs = obs_arrays(traj, "final_obs")  # an ArrayDict (one array per key) for a Dict observation
-    # Per split: the backend's final observations of truncated envs, and the bootstrap observation in transit.
+    first, state = traj["first"], list(state_arrays(traj).values())  # no state arrays for a feed-forward actor
+    # Per split: the backend's final observations of truncated envs, and the bootstrap row in transit (the
+    # observation, its episode-start flags and the actor's state).
     final_scratch = [zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
     carry = [zeros_like(obs[0, 0]) for _ in range(cfg.worker_splits)]
+    carry_first = [np.zeros_like(first[0, 0]) for _ in range(cfg.worker_splits)]
+    carry_state = [[np.zeros_like(a[0, 0]) for a in state] for _ in range(cfg.worker_splits)]
     slots = [0] * cfg.worker_splits
     steps = [0] * cfg.worker_splits
     my_queue = channels.actions_ready[worker]
-    guard = RolloutGuard(worker, cfg, channels, obs, valid, slots, steps)  # env errors, heartbeats, lost requests
+    guard = RolloutGuard(worker, cfg, channels, obs, valid, slots, steps, first)  # env errors, heartbeats, ...
     owner, want, acted = guard.owner, guard.want, guard.acted
     envs = guard.make_envs()
     faults = guard.faults()  # per split: env instances its backend replaced during the last step
@@ -87,6 +93,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             final_step[slot] = NO_FINAL
             guard.begin(split, slot)
             continue
+        np.logical_or(terminated[slot, t], truncated[slot, t], out=first[slot, t + 1])  # episode ends -> starts
         if faults[split]:
             stats.add("env_errors", guard.replaced(split, slot, t))
         t2 = time.monotonic()
@@ -100,6 +107,9 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         t += 1
         if t == cfg.rollout:
             carry[split][...] = obs[slot, t]  # the bootstrap observation starts the next trajectory
+            carry_first[split][...] = first[slot, t]
+            for kept, a in zip(carry_state[split], state):
+                kept[...] = a[slot, t]
             if cfg.deterministic:  # the runner counts these steps before the learner's report on them
                 stats.maybe_report(force=True)
             transit[worker] = slot  # handing over: ownership cleared, not yet queued
@@ -113,6 +123,9 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             acted[new_slot] = NO_OWNER
             final_step[new_slot] = NO_FINAL
             obs[new_slot, 0] = carry[split]
+            first[new_slot, 0] = carry_first[split]
+            for kept, a in zip(carry_state[split], state):
+                a[new_slot, 0] = kept
             slot, t = new_slot, 0
             stats.add("t_wait_slot", time.monotonic() - t2)
             guard.check_policy_restarts(skip=split)

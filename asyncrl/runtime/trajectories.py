@@ -7,6 +7,11 @@ actions, log-probs and the policy version that acted. Queues only ever carry slo
 
 A Dict observation gets one array per key for `obs` and `final_obs` (`obs/<key>`, `final_obs/<key>`);
 `obs_arrays(traj, "obs")` gives them back as one `ArrayDict` (a Box observation's plain array otherwise).
+
+For recurrent actors (`asyncrl.learners.acting`) the rollout workers write `first` (the env's episode starts at
+this step) and the policy workers carry the actor's state in one `state/<name>` array per entry of its
+`state_layout`, the state each env acts from at each step. Row T of both, like the bootstrap observation, is
+copied into row 0 of the split's next slot. A feed-forward actor has no state columns.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from asyncrl.runtime.shared import SharedArrays
 
 Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
 NO_FINAL = -1  # final_step of an env with no truncation in the slot
+STATE = "state/"  # the prefix of the actor's state arrays
 
 
 # Slots kept off the free queue at start. A rollout worker killed while handing a slot over (between the free
@@ -44,10 +50,16 @@ def num_slots(cfg: Config) -> int:
     return circulating_slots(cfg) + SPARE_SLOTS
 
 
-def trajectory_layout(cfg: Config, spec: EnvSpec) -> Layout:
+def trajectory_layout(cfg: Config, spec: EnvSpec, state: Layout | None = None) -> Layout:
+    """The slots' arrays; `state` is the actor's `state_layout` (None or {}: a feed-forward actor)."""
     s, t, e = num_slots(cfg), cfg.rollout, cfg.envs_per_split
     return {
         **_obs_layout(spec, "obs", (s, t + 1, e)),  # obs[T] is the bootstrap observation
+        # The env's episode starts at step t: at the run's (or a split's) first step, after terminated or
+        # truncated, after the env instance was replaced following an error. Row T goes with the bootstrap obs.
+        "first": ((s, t + 1, e), np.dtype(np.bool_)),
+        # The actor's state before step t, per env (row T: after the slot's last step)
+        **{f"{STATE}{k}": ((s, t + 1, e, *shape), np.dtype(dtype)) for k, (shape, dtype) in (state or {}).items()},
         "actions": ((s, t, e, *spec.action_shape), spec.action_dtype),
         "logp": ((s, t, e), np.dtype(np.float32)),
         "rewards": ((s, t, e), np.dtype(np.float32)),
@@ -76,11 +88,16 @@ def obs_arrays(traj: Mapping[str, np.ndarray], name: str = "obs") -> np.ndarray 
     return ArrayDict({k[len(prefix):]: a for k, a in traj.items() if k.startswith(prefix)})
 
 
-def allocate_trajectories(cfg: Config, spec: EnvSpec) -> SharedArrays:
-    traj = SharedArrays(trajectory_layout(cfg, spec))
+def state_arrays(traj: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The actor's state arrays by entry name ({} for a feed-forward actor)."""
+    return {k[len(STATE):]: a for k, a in traj.items() if k.startswith(STATE)}
+
+
+def allocate_trajectories(cfg: Config, spec: EnvSpec, state: Layout | None = None) -> SharedArrays:
+    traj = SharedArrays(trajectory_layout(cfg, spec, state))
     traj["final_step"][:] = NO_FINAL
     return traj
 
 
-def trajectory_bytes(cfg: Config, spec: EnvSpec) -> int:
-    return SharedArrays.estimate_bytes(trajectory_layout(cfg, spec))
+def trajectory_bytes(cfg: Config, spec: EnvSpec, state: Layout | None = None) -> int:
+    return SharedArrays.estimate_bytes(trajectory_layout(cfg, spec, state))
