@@ -63,12 +63,11 @@ def train(cfg: Config | None = None, /, *, config: str | None = None,
     hooks = Callbacks(callbacks)  # TypeError for a non-callable, before anything is resolved or written
     given = _given_fields(cfg) if cfg is not None else {}
     resolved = config_from_flags(config, **{**given, **flags})
-    code, stop_reason = run(resolved, callbacks=hooks.fns)
-    records = read_metrics(resolved.run_dir)
-    result = TrainResult(resolved.run_dir, records[-1] if records else {}, code, stop_reason, resolved)
+    code, stop_reason, ran = run(resolved, callbacks=hooks.fns)  # under torchrun, `ran` is this rank's settings
+    records = read_metrics(ran.run_dir)
+    result = TrainResult(ran.run_dir, records[-1] if records else {}, code, stop_reason, ran)
     if code != 0:
-        raise TrainingFailed(f"training in {resolved.run_dir} failed (exit code {code}); see the error above",
-                             result)
+        raise TrainingFailed(f"training in {ran.run_dir} failed (exit code {code}); see the error above", result)
     return result
 
 

@@ -216,7 +216,7 @@ class Config:
     hang_timeout: float = field(default=30.0, metadata={
         "help": "seconds a process may go without progress before it is restarted (the learner: run stopped)"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept on disk"})
-    dist_timeout: float = field(default=15.0, metadata={  # data-parallel (torchrun), asyncrl/runtime/distributed.py
+    dist_timeout: float = field(default=15.0, metadata={  # data-parallel (torchrun), asyncrl/runtime/distributed/
         "help": "under torchrun: seconds a learner waits for the other ranks in a collective before the group stops"})
     max_env_error_rate: float = field(default=0.01, metadata={
         "help": "stop the run when env instances raise in more than this share of env steps over a minute "

@@ -1,5 +1,6 @@
-"""One way to start a training, shared by `asyncrl-train` and `asyncrl.train()`: validate, check that this
-process may fork, print what changed on --resume, then run the Runner in this process.
+"""One way to start a training, shared by `asyncrl-train` and `asyncrl.train()`: take this rank's settings (under
+torchrun), validate, check that this process may fork, print what changed on --resume, then run the Runner in this
+process.
 
 Torch-free, like the runner it starts.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from asyncrl.config import Config, ConfigError
 from asyncrl.learners.registry import check_algo
 from asyncrl.resolve import resume_changes
-from asyncrl.runtime import distributed
+from asyncrl.runtime.distributed.rank import for_this_rank
 
 
 class ForkError(RuntimeError):
@@ -111,29 +112,33 @@ def torch_threads_started(timeout: float = 10.0) -> bool:
 
 
 def run(cfg: Config, out: Callable[..., None] = print, callbacks: Iterable[Callable[[dict], Any]] = (),
-        share_torch: bool = False) -> tuple[int, str | None]:
-    """Validate `cfg` and train in this process: (exit code, why the run stopped). `callbacks` see every metrics
-    record, checkpoint and evaluation (asyncrl/runtime/callbacks.py). `share_torch`: import torch here once for
-    the learner, policy workers and evaluator (for a process that ends with the run, as `asyncrl-train`).
+        share_torch: bool = False) -> tuple[int, str | None, Config]:
+    """Validate `cfg` and train in this process: (exit code, why the run stopped, the settings it ran with: under
+    torchrun this rank's, `asyncrl.runtime.distributed.rank`). `callbacks` see every metrics record, checkpoint
+    and evaluation (asyncrl/runtime/callbacks.py). `share_torch`: import torch here once for the learner, policy
+    workers and evaluator (for a process that ends with the run, as `asyncrl-train`).
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
+    given = cfg
+    cfg, ranks = for_this_rank(given)  # under torchrun: this rank's seed, device, run dir (a new Config)
     validate(cfg)
     check_can_fork()
-    for change in resume_changes(cfg):  # settings the command line changed from the saved run's
+    for change in resume_changes(given):  # settings the command line changed from the saved run's
         out(change, flush=True)
-    if cfg.device.startswith("cuda"):
+    if given.device.startswith("cuda"):  # as given: a rank's auto may have become a GPU its probe found
         require_cuda()
-    distributed.configure(cfg)  # under torchrun: this rank's seed, device, run dir (no-op otherwise)
+    if ranks is not None:
+        ranks.announce(cfg)  # from here on every line this process prints starts with its rank
     from asyncrl.runtime.runner import Runner
 
-    runner = Runner(cfg, callbacks=callbacks, share_torch=share_torch)  # builds the env once to read its spaces
+    runner = Runner(cfg, callbacks=callbacks, share_torch=share_torch, ranks=ranks)  # builds the env once
     check_env_left_cuda_alone(cfg.env)
     for line in scaling_lines(cfg):
         out(line, flush=True)
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
         f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
-    return runner.run(), runner.stop_reason
+    return runner.run(), runner.stop_reason, cfg
 
 
 def validate(cfg: Config) -> None:

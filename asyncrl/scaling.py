@@ -34,7 +34,7 @@ MAX_ENVS_PER_WORKER = 256  # beyond this one process steps envs slower than the 
 
 
 def world_size(environ: dict[str, str] | None = None) -> int:
-    """The ranks of a torchrun launch (1 otherwise); the same test as runtime.distributed.rank_from_environ."""
+    """The ranks of a torchrun launch (1 otherwise); the same test as runtime.distributed.rank.rank_from_environ."""
     env = os.environ if environ is None else environ
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")):
         return 1

@@ -1,4 +1,4 @@
-"""All-reduce cost per learner update for the data-parallel learners (asyncrl/runtime/distributed.py).
+"""All-reduce cost per learner update for the data-parallel learners (asyncrl/runtime/distributed/group.py).
 
 Two local gloo processes all-reduce what the learners exchange: the flattened gradient bucket (all parameters
 plus the finite flag, float32) once per optimizer step, and the small per-update agreement vector (float64).

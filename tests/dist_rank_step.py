@@ -1,7 +1,7 @@
 """One rank of an in-process data-parallel check: `python -m tests.dist_rank_step RANK PORT OUT_DIR`.
 
 Two of these, started by tests/test_distributed.py, form a real 2-rank gloo group through the learner's own hooks
-(`distributed.configure`, `join_group`, `sync_gradients`, `after_update`) around a real APPO learner on hand-made
+(`for_this_rank`, `join_group`, the group's `average_gradients` and `agree`) around a real APPO learner on hand-made
 batches: each rank trains on its own data, records its gradients before and after every all-reduce, and writes
 what it saw to OUT_DIR/rank<RANK>.pt for the test to compare.
 """
@@ -19,7 +19,10 @@ from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.learners.appo import APPOLearner
 from asyncrl.learners.batch import Batch
-from asyncrl.runtime import distributed
+from asyncrl.runtime.distributed.group import join_group
+from asyncrl.runtime.distributed.rank import ENV_STEPS as STEPS_WORD
+from asyncrl.runtime.distributed.rank import EPISODES as EPISODES_WORD
+from asyncrl.runtime.distributed.rank import GROUP_EPISODES, for_this_rank
 
 T, B = 6, 8  # steps x envs of each rank's batches
 ENV_STEPS = (1000, 2500)  # what each rank's runner has counted, published on its board before the agreement
@@ -46,37 +49,39 @@ def main(rank: int, port: int, out_dir: Path) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    cfg = Config(env="null", device="cpu", minibatches=2, epochs=2, lr_schedule="constant", normalize_obs=True,
-                 train_dir=str(out_dir / "train"), experiment="g", dist_timeout=60.0, learner_threads=1)
-    assert distributed.configure(cfg) is not None  # this rank's seed, run dir and the runner's board
+    given = Config(env="null", device="cpu", minibatches=2, epochs=2, lr_schedule="constant", normalize_obs=True,
+                   train_dir=str(out_dir / "train"), experiment="g", dist_timeout=60.0, learner_threads=1)
+    cfg, ranks = for_this_rank(given)  # this rank's seed, run dir and the runner's board
+    assert ranks is not None
+    ranks.announce(cfg)
     torch.manual_seed(cfg.seed)  # rank 1's seed differs, so its initial weights do
     learner = APPOLearner(cfg, NULL_SPEC, torch.device("cpu"))
     record: dict = {"before_join": params(learner)}
     # What the learner process's channels show the hooks once the run is stopping: a failure ends the rank at once
     # (no runner to report to) and the agreed stop waits for nothing.
     channels = SimpleNamespace(stopping=True)
-    distributed.join_group(learner, channels)
+    group = join_group(ranks, learner, channels)
     record["after_join"] = params(learner)
 
     steps: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
 
     def recording_sync(model: torch.nn.Module, loss: torch.Tensor) -> None:
         local = [p.grad.detach().clone() for p in model.parameters()]
-        distributed.sync_gradients(model, loss)
+        group.average_gradients(model, loss)
         steps.append((local, [p.grad.detach().clone() for p in model.parameters()]))
 
     learner.sync_gradients = recording_sync
     learner.train(make_batch(seed=rank), frames=0)
     record.update(steps=list(steps), after_train=params(learner), local_trained=learner.samples_trained)
     learner.lr = LR[rank]
-    board = distributed._RANK.board
-    board[distributed.ENV_STEPS], board[distributed.EPISODES] = ENV_STEPS[rank], EPISODES[rank]
+    board = ranks.board
+    board[STEPS_WORD], board[EPISODES_WORD] = ENV_STEPS[rank], EPISODES[rank]
     stats: dict = {}
-    distributed.after_update(learner, stats, channels)
+    group.agree(learner, stats, channels)
     norm = learner.model.obs_normalizer
     record.update(group_env_steps=stats["group_env_steps"], ranks=stats["ranks"],
                   samples_trained=learner.samples_trained, lr=learner.lr,
-                  group_episodes=int(board[distributed.GROUP_EPISODES]),
+                  group_episodes=int(board[GROUP_EPISODES]),
                   obs_count=float(norm.count), obs_mean=norm.mean.clone())
     # Rank 1's loss is NaN: every rank's gradients become NaN, so both skip all of this batch's steps.
     learner.train(make_batch(seed=10 + rank, nan_rewards=rank == 1), frames=0)

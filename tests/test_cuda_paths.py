@@ -30,7 +30,7 @@ from asyncrl.policy import PolicyHead, module_device, restore_policy
 from asyncrl.runtime.checkpoint import save_checkpoint
 from asyncrl.runtime.cpus import default_learner_threads
 from asyncrl.runtime.devices import configure_cuda_backends
-from asyncrl.runtime.distributed import NCCL_ERROR_ENV, nccl_error_environment
+from asyncrl.runtime.distributed.group import NCCL_ERROR_ENV, nccl_error_environment
 from asyncrl.runtime.learner import learner_threads, read_resume_state
 from asyncrl.system import cgroup_cpu_limit, usable_cpus
 

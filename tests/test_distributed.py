@@ -28,7 +28,8 @@ import pytest
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.distributed import CHECKSUMS_ENV, CHECKSUMS_FILE, rank_device, rank_from_environ
+from asyncrl.runtime.distributed.group import CHECKSUMS_ENV, CHECKSUMS_FILE
+from asyncrl.runtime.distributed.rank import rank_device, rank_from_environ
 
 FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
          "--report-interval", "1"]

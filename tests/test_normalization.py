@@ -40,7 +40,8 @@ class Model(nn.Module):
 def _rank_main(rank: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
-    from asyncrl.runtime import distributed
+    from asyncrl.runtime.distributed.group import Group
+    from asyncrl.runtime.distributed.rank import BOARD_WORDS, DataParallel, RankInfo
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     # MomentSync on its own: two rounds, so a shared history counted twice would show.
@@ -50,17 +51,17 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
         stats.update(rank_data(rank, round_))
         sync.pool()
     torch.save(stats.state_dict(), f"{out_dir}/sync{rank}.pt")
-    # The learners' per-update agreement (distributed.py) with a model holding an obs normaliser.
-    info = distributed.RankInfo(rank, 2, rank, 2, f"127.0.0.1:{port}")
-    board = np.zeros(distributed.BOARD_WORDS)
-    group_rank = distributed._Rank(info, out_dir, board, 30.0, True)
+    # The learners' per-update agreement (distributed/group.py) with a model holding an obs normaliser.
+    info = RankInfo(rank, 2, rank, 2, f"127.0.0.1:{port}")
+    board = np.zeros(BOARD_WORDS)
+    ranks = DataParallel(info, out_dir, 30.0, True, board)
     model = Model()
     model.other.fill_(float(rank))
     learner = SimpleNamespace(device=torch.device("cpu"), cfg=SimpleNamespace(run_dir=out_dir, frames=0),
                               model=model, samples_trained=0, lr=1e-3, spec=SimpleNamespace(frameskip=1), version=0,
-                              return_normalizer=ReturnNormalizer())
+                              return_normalizer=ReturnNormalizer(), extra_parameters=())
     channels = SimpleNamespace(stopping=False)
-    group = distributed._Group(group_rank, learner, channels, dist, torch)
+    group = Group(ranks, learner, channels, dist, torch)
     for round_ in range(2):
         model.obs_normalizer.update(rank_data(rank, round_))
         learner.return_normalizer.update(rank_data(rank, round_)[:, 0], scale=2.0)

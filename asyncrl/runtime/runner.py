@@ -28,10 +28,10 @@ from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.learners.registry import check_algo_env
-from asyncrl.runtime import distributed
 from asyncrl.runtime.callbacks import Callback, Callbacks
 from asyncrl.runtime.channels import Empty
 from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.eval_schedule import FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
 from asyncrl.runtime.liveness import write_training_info
 from asyncrl.runtime.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
@@ -97,8 +97,10 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (), share_torch: bool = False):
+    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (), share_torch: bool = False,
+                 ranks: DataParallel | None = None):
         self.cfg = cfg
+        self.ranks = ranks  # under torchrun: this rank's place and state (asyncrl.runtime.distributed)
         self.share_torch = share_torch
         self.out = out
         self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
@@ -134,11 +136,13 @@ class Runner:
             f.write(cfg.to_json())
         if not cfg.resume:
             write_meta(cfg, spec)
-        self.wiring = build_wiring(cfg, spec)
+        self.wiring = build_wiring(cfg, spec, self.ranks)
         self.traj, self.weights, self.channels = self.wiring.traj, self.wiring.weights, self.wiring.channels
-        self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out)
-        self.metrics = (distributed.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg))  # torchrun hook
-                        or MetricsWriter(cfg.run_dir, open_sinks(cfg)))
+        ranks = self.ranks
+        hint = ranks.checkpoint_hint if ranks is not None and ranks.follower else None  # rank 0's checkpoints
+        self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out, checkpoint_hint=hint)
+        self.metrics = (ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
+                        else MetricsWriter(cfg.run_dir, open_sinks(cfg)))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
         self.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
@@ -281,14 +285,15 @@ class Runner:
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
                 self.stop_reason = "seconds"
-            self.stop_reason = distributed.group_stop(self.stop_reason, self.totals)  # torchrun hook: agreed stop
+            if self.ranks is not None:  # torchrun: the group's agreed stop
+                self.stop_reason = self.ranks.group_stop(self.stop_reason, self.totals)
             time.sleep(0.05)
         self._final_evaluation()
         # A last record for the tail of the run, so the final totals (frames, episodes) are always in
         # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
         self._drain_reports()
         # Under torchrun the group's final agreement may come after this rank's last steps: its record is due too.
-        tail_steps = self.totals.env_steps > self.interval_steps or distributed.in_group()
+        tail_steps = self.totals.env_steps > self.interval_steps or self.ranks is not None
         if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")

@@ -92,8 +92,11 @@ def describe_exit(code: int | None) -> str:
 
 class Supervisor:
     def __init__(self, cfg: Config, channels: Channels, procs: dict[str, Any], respawn: Callable[[str], None],
-                 out: Callable[..., None] = print):
+                 out: Callable[..., None] = print, checkpoint_hint: Callable[[dict | None], str] | None = None):
+        """`checkpoint_hint`: says which checkpoint remains in place of `Supervisor.checkpoint_hint` (a torchrun
+        rank > 0 keeps none and points at rank 0's)."""
         self.cfg, self.channels, self.procs, self.respawn, self.out = cfg, channels, procs, respawn, out
+        self._hint = checkpoint_hint
         self.live = channels.live
         self.members: dict[str, Member] = {}
         self.worker_restarts = self.policy_restarts = self.env_errors_base = 0
@@ -241,6 +244,8 @@ class Supervisor:
 
     def checkpoint_hint(self, final: dict | None = None) -> str:
         """Which checkpoint remains; `final`: the learner's "saved" report of its save at this stop, if any."""
+        if self._hint is not None:
+            return self._hint(final)
         if final:
             return (f"The learner saved a final checkpoint, {os.path.basename(final['path'])} (policy version "
                     f"{final['version']}), in {checkpoint_dir(self.cfg.run_dir)}; continue with --resume")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.channels import Channels
+from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.shared import SharedArrays, SharedWeights
 from asyncrl.runtime.trajectories import allocate_trajectories, circulating_slots, num_slots
 
@@ -38,8 +39,9 @@ class RunWiring:
         os.close(self.weights.fd)
 
 
-def build_wiring(cfg: Config, spec: EnvSpec) -> RunWiring:
+def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) -> RunWiring:
     """Allocate the shared memory and queues, hand the rollout workers their free slots and list the processes.
+    `ranks` (under torchrun) goes to the learner, which joins the process group with it.
 
     ConfigError (one line) if memory or /dev/shm runs out."""
     try:
@@ -54,7 +56,7 @@ def build_wiring(cfg: Config, spec: EnvSpec) -> RunWiring:
     free = cfg.trajectories_per_batch if cfg.deterministic else circulating_slots(cfg)
     channels.free.put_many(list(range(free)))
     processes = [ProcessSpec("learner", "asyncrl.runtime.learner", "run_learner",
-                             (cfg, spec, traj, weights, channels))]
+                             (cfg, spec, traj, weights, channels, ranks))]
     processes += [ProcessSpec(f"policy-{i}", "asyncrl.runtime.policy_worker", "run_policy_worker",
                               (i, cfg, spec, traj, weights, channels)) for i in range(cfg.policy_workers)]
     processes += [ProcessSpec(f"rollout-{i}", "asyncrl.runtime.rollout_worker", "run_rollout_worker",
