@@ -41,6 +41,7 @@ NOT_RESTORED = {
     "heartbeat": "a hook the learner process sets",
     "sync_gradients": "a hook the learner process sets",
     "agree_updates": "a hook the learner process sets",
+    "return_normalizer": "None: the replay learners normalise no returns (a member of the Learner protocol)",
     "last_q_check": "this process's monotonic clock at the last Q-divergence check",
     "check_rng": "the Q-divergence check's draws: a diagnostic, training never reads them",
     "nonfinite_updates": "skipped updates counted by this process",
