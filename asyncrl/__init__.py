@@ -5,7 +5,7 @@
     policy = asyncrl.load_policy(result.run_dir)                # raw observations -> actions (a torch module)
 
 Importing asyncrl does not import torch: the names below load their modules on first use (the training
-process forks its workers and must stay torch-free; see docs/python-api.md).
+process forks its workers and must not have run torch operations; see docs/python-api.md).
 """
 
 from __future__ import annotations

@@ -111,12 +111,11 @@ def torch_threads_started(timeout: float = 10.0) -> bool:
     return True
 
 
-def run(cfg: Config, out: Callable[..., None] = print, callbacks: Iterable[Callable[[dict], Any]] = (),
-        share_torch: bool = False) -> tuple[int, str | None, Config]:
+def run(cfg: Config, out: Callable[..., None] = print,
+        callbacks: Iterable[Callable[[dict], Any]] = ()) -> tuple[int, str | None, Config]:
     """Validate `cfg` and train in this process: (exit code, why the run stopped, the settings it ran with: under
     torchrun this rank's, `asyncrl.runtime.distributed.rank`). `callbacks` see every metrics record, checkpoint
-    and evaluation (asyncrl/runtime/callbacks.py). `share_torch`: import torch here once for the learner, policy
-    workers and evaluator (for a process that ends with the run, as `asyncrl-train`).
+    and evaluation (asyncrl/runtime/callbacks.py).
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
@@ -132,7 +131,7 @@ def run(cfg: Config, out: Callable[..., None] = print, callbacks: Iterable[Calla
         ranks.announce(cfg)  # from here on every line this process prints starts with its rank
     from asyncrl.runtime.runner import Runner
 
-    runner = Runner(cfg, callbacks=callbacks, share_torch=share_torch, ranks=ranks)  # builds the env once
+    runner = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
     check_env_left_cuda_alone(cfg.env)
     for line in scaling_lines(cfg):
         out(line, flush=True)

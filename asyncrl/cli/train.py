@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
             validate(command.config)
             print(command.config.to_json())
             return 0
-        return run(command.config, share_torch=True)[0]  # this process ends with the run
+        return run(command.config)[0]
     except (ConfigError, EnvError, ForkError) as exc:
         print(f"asyncrl-train: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ are kept as `checkpoints/best.pt` (`runtime/best_checkpoint.py`); with `--eval-v
 evaluation is written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard).
 
 It runs at the lowest CPU priority (nice 19) with one torch thread, so on contended cores it gets what the
-learner, the policy workers and the rollout workers leave. Torch is imported only inside this process.
+learner, the policy workers and the rollout workers leave. The final evaluation, after the samplers have
+stopped, is played by a fresh one at the runner's priority, so other programs on the machine cannot starve it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ MACRO_BLOCK = 16
 
 
 def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: Channels,
-                  request: SharedArrays) -> None:
-    init_child("asyncrl-eval", EVAL_NICE)
+                  request: SharedArrays, nice: int = EVAL_NICE) -> None:
+    init_child("asyncrl-eval", nice)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renderers (classic control): no display needed
     import torch
 

@@ -1,5 +1,5 @@
 """`checkpoints/meta.json`: what the run's model is built for, so `--resume` can refuse a checkpoint of another
-env or model shape before any process starts (the runner never imports torch, so it cannot open one).
+env or model shape before any process starts (the runner has not imported torch at that point, so it opens none).
 
 Written by the runner when a run starts afresh; read back by a `--resume`.
 """

@@ -11,7 +11,7 @@
   stops with one line naming the cause (the runner adds which checkpoint remains).
 - A thread repairs queue locks that a killed process left held (`asyncrl.runtime.queue_repair`).
 
-The runner never imports torch, and neither does this module.
+This module never imports torch.
 """
 
 from __future__ import annotations
