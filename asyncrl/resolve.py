@@ -19,6 +19,7 @@ from typing import Any
 from asyncrl.config import (
     ALGOS,
     LOCKSTEP_ONES,
+    REPLAY_ONLY,
     Config,
     ConfigError,
     applies_to,
@@ -41,7 +42,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
     """One --flag per Config field, with the field's default, the presets that change it, and its help; plus
-    --config FILE and --print-config.
+    --config FILE and --print-config. The fields' flags are grouped by the algorithms they apply to (their
+    `applies_to`, see `help_groups`), so a new field lands under its heading by declaring its "algos" once.
 
     Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
     """
@@ -53,9 +55,11 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved configuration as JSON and exit (nothing is created)")
     defaults = Config()
+    groups = {algos: parser.add_argument_group(help_group_title(algos)) for algos in help_groups()}
     for f in dataclasses.fields(Config):
         if not f.metadata.get("cli", True):
             continue
+        group = groups[applies_to(f)]
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
@@ -64,13 +68,30 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
         if applies_to(f) != ALGOS:
             presets += f"; --algo {', '.join(applies_to(f))} only"
         if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=f"{help_text} (default: %(default)s{presets})")
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
+                               help=f"{help_text} (default: %(default)s{presets})")
         else:
             kind = type(default)
-            parser.add_argument(flag, dest=f.name, type=kind, default=default,
-                                help=f"{help_text} (default: {default}{presets})")
+            group.add_argument(flag, dest=f.name, type=kind, default=default,
+                               help=f"{help_text} (default: {default}{presets})")
     return parser
+
+
+def help_groups() -> list[tuple[str, ...]]:
+    """The --help sections, one per distinct `applies_to` of the command-line fields: the settings of every
+    algorithm first, then the others in the order their first field is declared in Config."""
+    seen = dict.fromkeys(applies_to(f) for f in dataclasses.fields(Config) if f.metadata.get("cli", True))
+    return sorted(seen, key=lambda algos: algos != ALGOS)  # a stable sort keeps the declaration order
+
+
+def help_group_title(algos: tuple[str, ...]) -> str:
+    """The --help heading of the flags that apply to exactly `algos`, e.g. "APPO (--algo appo)"."""
+    if algos == ALGOS:
+        return "run, env and engine settings (every --algo)"
+    names = ", ".join(a.upper() for a in algos)
+    if len(algos) > 1 and set(algos) <= set(REPLAY_ONLY):
+        names = f"off-policy: {names}"
+    return f"{names} (--algo {', '.join(algos)})"
 
 
 @dataclass
