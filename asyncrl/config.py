@@ -290,10 +290,13 @@ class Config:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
         parse_env_kwargs(self.env_kwargs)
-        if parse_info_keys(self.info_keys) and (self.env == "null" or self.env.startswith(("atari_", "doom_"))):
+        from asyncrl.envs.registry import backend_for  # the env backends' table (light: no torch, no emulators)
+
+        backend = backend_for(self.env)
+        if parse_info_keys(self.info_keys) and not backend.info_keys:
             raise ConfigError(f"--info-keys applies to gymnasium ids and module:callable envs, not {self.env!r}; "
                               f"drop it")
-        if self.doom_measurements and not self.env.startswith("doom_"):
+        if self.doom_measurements and "doom_measurements" not in backend.options:
             raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {self.env!r}; drop it")
         if self.deterministic:
             for name in LOCKSTEP_ONES:

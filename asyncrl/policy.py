@@ -61,7 +61,7 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     try:
         config = json.loads(state["config"])
         cfg = Config.from_dict(config)
-        spec = make_env_spec(state.get("env", cfg.env), cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
+        spec = make_env_spec(cfg, env=state.get("env", cfg.env))
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
     except EnvError as exc:

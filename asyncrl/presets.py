@@ -1,8 +1,9 @@
 """Per-family defaults: the Config defaults are tuned for Atari; low-dimensional control gets its own.
 
-A preset only fills in what the user did not set on the command line. It is chosen from the env's spaces, not
-its name (except `atari_` and `doom_` names, known without making an env): image-like observations (uint8,
-3-D) get the Atari preset, gymnasium's MuJoCo tasks the `mujoco` preset, any other env the `vector` preset.
+A preset only fills in what the user did not set on the command line. An env backend with a family of its own
+(asyncrl/envs/registry.py:BACKENDS: `atari_` and `doom_` names, `null`, gymnasium's MuJoCo tasks) gets that
+family's preset without making an env; any other env's is chosen from its spaces: image-like observations
+(uint8, 3-D) get the Atari preset, the others the `vector` preset.
 """
 
 from __future__ import annotations
@@ -48,20 +49,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
-    """The preset for env `env`: by name for atari_/doom_/null, otherwise from its spaces (one env made and
-    closed; an env that cannot be made gets `vector` here and reports its error when the run starts)."""
-    if env.startswith("atari_"):
-        return "atari"
-    if env.startswith("doom_"):
-        return "doom"
-    if env == "null":
-        return "vector"
-    from asyncrl.envs.registry import is_mujoco, make_env_spec
+    """The preset for env `env`: its backend's family (asyncrl/envs/registry.py:BACKENDS; atari_, doom_, null and
+    gymnasium's MuJoCo tasks have one), otherwise from its spaces (one env made and closed; an env that cannot be
+    made gets `vector` here and reports its error when the run starts)."""
+    from asyncrl.envs.registry import make_env_spec, preset_family
 
-    if is_mujoco(env):
-        return "mujoco"
+    family = preset_family(env)
+    if family is not None:
+        return family
     try:
-        spec = make_env_spec(env, env_kwargs)
+        spec = make_env_spec(env, env_kwargs=env_kwargs or {})
     except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
         return "vector"
     image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"

@@ -176,7 +176,7 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
         from asyncrl.envs.registry import make_env_spec
         from asyncrl.runtime.trajectories import trajectory_bytes
 
-        spec = make_env_spec(settings["env"], doom_measurements=bool(settings.get("doom_measurements")))
+        spec = make_env_spec(settings)  # with the run's --env-kwargs and backend options
         available = available_memory()
     except Exception:  # a bad env name: the runner says so with its own one-line error
         return lambda workers, envs, rollout, splits: True

@@ -83,3 +83,20 @@ def test_preset_follows_the_observation_space() -> None:
     assert preset_name("CartPole-v1") == "vector"
     cfg = config_from_flags(env="tests.custom_env:ChannelsLastImages")
     assert cfg.batch_size == 1024 and cfg.rollout == 32  # the Atari (Config) defaults, not the vector preset's
+
+
+def test_the_scale_memory_estimate_makes_the_env_with_its_kwargs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncrl.resolve as resolve
+    from asyncrl.config import Config
+    from asyncrl.envs.registry import make_env_spec
+    from asyncrl.runtime.trajectories import trajectory_bytes
+
+    sys.path.insert(0, str(ROOT))
+    env = "tests.custom_env:ChannelsLastImages"
+    cfg = Config(env=env, workers=2, envs_per_worker=4, rollout=16, worker_splits=2, batch_size=128)
+    small = trajectory_bytes(cfg, make_env_spec(env))
+    large = trajectory_bytes(cfg, make_env_spec(env, env_kwargs={"size": 120}))
+    assert large > 2 * small
+    monkeypatch.setattr(resolve, "available_memory", lambda: (small + large) / 2 / 0.8)  # room for the small only
+    assert resolve._trajectories_fit({"env": env})(2, 4, 16, 2)
+    assert not resolve._trajectories_fit({"env": env, "env_kwargs": json.dumps({"size": 120})})(2, 4, 16, 2)

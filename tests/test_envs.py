@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from asyncrl.config import Config
 from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec, make_vec_env
@@ -232,3 +234,26 @@ def test_backends_are_vec_envs() -> None:
         env = make_vec_env(name, 1)
         assert isinstance(env, VecEnv) and env.num_envs == 1
         env.close()
+
+
+def test_each_name_is_served_by_one_backend_row_with_its_preset_family() -> None:
+    from asyncrl.envs.registry import BACKENDS, backend_for, preset_family
+    from asyncrl.presets import PRESETS
+
+    assert [backend_for(n).name for n in ("null", "doom_basic", "atari_pong", "Hopper-v5", "CartPole-v1",
+                                          "custom_env:make_echo_env")] == [
+        "null", "doom", "atari", "mujoco", "gymnasium", "gymnasium"]
+    assert BACKENDS[-1].matches("anything")  # the catch-all row comes last
+    assert preset_family("atari_pong") == "atari" and preset_family("CartPole-v1") is None
+    assert all(b.family is None or b.family in PRESETS for b in BACKENDS)
+    fields = {f.name for f in dataclasses.fields(Config)}
+    assert all(set(b.options + b.train_options) <= fields for b in BACKENDS)  # options are Config fields
+
+
+def test_a_config_gives_the_backend_its_options() -> None:
+    assert make_env_spec(Config(env="Pendulum-v1", env_kwargs='{"g": 3.5}')) == make_env_spec("Pendulum-v1")
+    env = make_vec_env({"env": "Pendulum-v1", "env_kwargs": '{"g": 3.5}'}, 1)
+    assert env.envs[0].unwrapped.g == 3.5
+    env.close()
+    with pytest.raises(EnvError, match="--env-kwargs applies to gymnasium ids"):
+        make_vec_env(Config(env="null", env_kwargs='{"g": 1}'), 1)

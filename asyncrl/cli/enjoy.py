@@ -131,8 +131,8 @@ def load(args: argparse.Namespace):
     except CheckpointError as exc:
         raise RunDirError(str(exc)) from None
     cfg = Config.from_dict(json.loads(state["config"]))
-    env = make_vec_env(state.get("env", cfg.env), 1, training=False, render_mode="rgb_array" if args.video else None,
-                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
+    env = make_vec_env(cfg, 1, training=False, render_mode="rgb_array" if args.video else None,
+                       env=state.get("env", cfg.env))
     try:
         run = restore_policy(state, path, env.spec, device)
     except PolicyLoadError as exc:

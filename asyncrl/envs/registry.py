@@ -1,22 +1,35 @@
-"""Env names to `EnvSpec`s and `VecEnv`s.
+"""Env names to `EnvSpec`s and `VecEnv`s, through one table of backends (`BACKENDS`).
 
 Names: `atari_<rom>` (ale_py's C++ vector env), `doom_<scenario>` (VizDoom, the optional `doom` extra), `null`,
 a registered gymnasium id, or `module:callable` where the callable returns a `gymnasium.Env`. This module stays
 light: no torch, ale_py is imported only for Atari names (or to suggest close matches for an unknown name) and
 vizdoom only for Doom names.
+
+Every env is built through `make_env_spec(cfg)` and `make_vec_env(cfg, n, training=...)`, where `cfg` is a
+`Config`, a mapping of Config fields (a settings dict being resolved) or an env name alone (the Config defaults);
+keyword settings override it by field name (`make_vec_env("atari_pong", 2, max_episode_frames=400)`). The row
+that matches the name says which Config fields its backend reads, so a caller never spells a backend's options.
+
+A new backend is one file (its `VecEnv` and a function describing its `EnvSpec`, imported on use so that this
+module stays light) plus one `Backend` row in `BACKENDS`, above the catch-all gymnasium row: how its names are
+recognised, its spec and vector builders, the Config fields they take (`options`, and `train_options` that only
+training envs get), and its preset family (`asyncrl/presets.py`; None: chosen from the env's spaces).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
+from asyncrl.config import Config, parse_env_kwargs
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
@@ -24,21 +37,69 @@ from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
 
 ATARI_PREFIX = "atari_"
 NAME_HELP = "Run with a registered gymnasium id, atari_<game>, doom_<scenario>, null, or module:callable"
+EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
 
 
-def make_env_spec(name: str, env_kwargs: dict[str, Any] | None = None, *, doom_measurements: bool = False) -> EnvSpec:
-    """Describe env `name` (made with `env_kwargs`), creating at most one env (and closing it)."""
-    _check_kwargs_apply(name, env_kwargs)
-    if name == "null":
-        return NULL_SPEC
-    if name.startswith(DOOM_PREFIX):
-        return doom_env_spec(name, measurements=doom_measurements)
-    if name.startswith(ATARI_PREFIX):
-        env = make_vec_env(name, 1)
-        try:
-            return env.spec
-        finally:
-            env.close()
+@dataclass(frozen=True)
+class Backend:
+    """One row of `BACKENDS`: the env names it serves and how to build them.
+
+    `spec(name, **options)` describes env `name` (making at most one env, and closing it);
+    `vec(name, num_envs, training, render_mode, **options, **train_options)` makes `num_envs` copies. The options
+    are Config fields by name, read from the caller's settings: `options` for every env, `train_options` only for
+    training envs (evaluation and `asyncrl-enjoy` play with the backend's own defaults).
+    """
+
+    name: str
+    matches: Callable[[str], bool]
+    module: str  # where its VecEnv lives
+    spec: Callable[..., EnvSpec]
+    vec: Callable[..., VecEnv]
+    options: tuple[str, ...] = ()
+    train_options: tuple[str, ...] = ()
+    family: str | None = None  # its preset (asyncrl/presets.py:PRESETS); None: chosen from the env's spaces
+    info_keys: bool = False  # --info-keys reads its step info
+
+
+def _null_spec(name: str) -> EnvSpec:
+    return NULL_SPEC
+
+
+def _null_vec(name: str, num_envs: int, training: bool, render_mode: str | None) -> VecEnv:
+    return NullVecEnv(num_envs)
+
+
+def _doom_spec(name: str, doom_measurements: bool = False) -> EnvSpec:
+    return doom_env_spec(name, measurements=doom_measurements)
+
+
+def _doom_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+              doom_measurements: bool = False) -> VecEnv:
+    from asyncrl.envs.doom import DoomVecEnv
+
+    return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)
+
+
+def _atari_spec(name: str) -> EnvSpec:
+    env = _atari_vec(name, 1, True, None)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
+def _atari_vec(name: str, num_envs: int, training: bool, render_mode: str | None, env_threads: int = 1,
+               max_episode_frames: int | None = None) -> VecEnv:
+    game = name[len(ATARI_PREFIX) :]
+    if game not in _rom_ids():
+        raise _unknown(name)
+    from asyncrl.envs.atari import MAX_EPISODE_FRAMES, AtariVecEnv
+
+    return AtariVecEnv(game, num_envs, training=training, num_threads=env_threads,
+                       max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
+
+
+def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
     env = _gym_factory(name, env_kwargs=env_kwargs)()
     try:
         return gym_env_spec(name, env)
@@ -46,42 +107,93 @@ def make_env_spec(name: str, env_kwargs: dict[str, Any] | None = None, *, doom_m
         env.close()
 
 
-def make_vec_env(name: str, num_envs: int, *, training: bool = True, num_threads: int = 1,
-                 render_mode: str | None = None, max_episode_frames: int | None = None,
-                 env_kwargs: dict[str, Any] | None = None, doom_measurements: bool = False) -> VecEnv:
-    """Create `num_envs` copies of env `name`; `training` affects Atari and Doom, `num_threads` and
-    `max_episode_frames` (None: the backend's default) only Atari, `render_mode` only registered gymnasium ids
-    (custom callables make their envs as they like), `env_kwargs` (constructor arguments) gymnasium ids and
-    custom callables, `doom_measurements` (a Dict observation with the game variables) only Doom."""
-    if num_envs < 1:
-        raise EnvError(f"num_envs must be >= 1, got {num_envs}")
-    _check_kwargs_apply(name, env_kwargs)
-    if name == "null":
-        return NullVecEnv(num_envs)
-    if name.startswith(DOOM_PREFIX):
-        from asyncrl.envs.doom import DoomVecEnv
-
-        return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)
-    if name.startswith(ATARI_PREFIX):
-        game = name[len(ATARI_PREFIX) :]
-        if game not in _rom_ids():
-            raise _unknown(name)
-        from asyncrl.envs.atari import MAX_EPISODE_FRAMES, AtariVecEnv
-
-        return AtariVecEnv(game, num_envs, training=training, num_threads=num_threads,
-                           max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
+def _gym_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+             env_kwargs: dict[str, Any] | None = None) -> VecEnv:
     return GymVecEnv(name, _gym_factory(name, render_mode, env_kwargs), num_envs)
-
-
-def _check_kwargs_apply(name: str, env_kwargs: dict[str, Any] | None) -> None:
-    if env_kwargs and (name == "null" or name.startswith((ATARI_PREFIX, DOOM_PREFIX))):
-        raise EnvError(f"--env-kwargs applies to gymnasium ids and module:callable envs, not {name!r}; drop it")
 
 
 def is_mujoco(name: str) -> bool:
     """True for gymnasium's own MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...)."""
     spec = gym.registry.get(name)
     return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+
+
+# The first row whose `matches` accepts the name serves it; the last row takes every other name.
+BACKENDS: list[Backend] = [
+    Backend("null", lambda name: name == "null", "asyncrl.envs.null_env", _null_spec, _null_vec, family="vector"),
+    Backend("doom", lambda name: name.startswith(DOOM_PREFIX), "asyncrl.envs.doom", _doom_spec, _doom_vec,
+            options=("doom_measurements",), family="doom"),
+    Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari", _atari_spec, _atari_vec,
+            train_options=("env_threads", "max_episode_frames"), family="atari"),
+    Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
+            family="mujoco", info_keys=True),
+    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
+            info_keys=True),  # a registered gymnasium id or module:callable
+]
+
+
+def backend_for(name: str) -> Backend:
+    """The `BACKENDS` row that serves env `name`."""
+    return next(b for b in BACKENDS if b.matches(name))
+
+
+def preset_family(name: str) -> str | None:
+    """The preset env `name`'s backend always gets (atari, doom, vector, mujoco), or None: chosen from its spaces."""
+    return backend_for(name).family
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
+
+
+def _settings(cfg: EnvSettings, overrides: dict[str, Any]) -> Callable[[str], Any]:
+    """Config field name -> its value: `overrides`, then `cfg`, then the Config default."""
+    def value(name: str) -> Any:
+        if name in overrides:
+            return overrides[name]
+        if isinstance(cfg, str):
+            return cfg if name == "env" else _DEFAULTS[name]
+        if isinstance(cfg, Mapping):
+            return cfg.get(name, _DEFAULTS[name])
+        return getattr(cfg, name)
+
+    return value
+
+
+def _resolve(cfg: EnvSettings, overrides: dict[str, Any], training: bool) -> tuple[str, Backend, dict[str, Any]]:
+    """(env name, its backend, the options its builders take), refusing --env-kwargs where it does not apply."""
+    value = _settings(cfg, overrides)
+    name = value("env")
+    backend = backend_for(name)
+    options: dict[str, Any] = {}
+    for field in (*backend.options, *(backend.train_options if training else ())):
+        options[field] = _env_kwargs(value(field)) if field == "env_kwargs" else value(field)
+    if "env_kwargs" not in backend.options and _env_kwargs(value("env_kwargs")):
+        raise EnvError(f"--env-kwargs applies to gymnasium ids and module:callable envs, not {name!r}; drop it")
+    return name, backend, options
+
+
+def _env_kwargs(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """--env-kwargs as a dict: the Config's JSON text, or a mapping already."""
+    return parse_env_kwargs(value) if isinstance(value, str) else dict(value or {})
+
+
+def make_env_spec(cfg: EnvSettings, **settings: Any) -> EnvSpec:
+    """Describe the env of `cfg` (a Config, a mapping of its fields, or an env name; `settings` override fields),
+    creating at most one env (and closing it)."""
+    name, backend, options = _resolve(cfg, settings, training=False)
+    return backend.spec(name, **options)
+
+
+def make_vec_env(cfg: EnvSettings, num_envs: int, *, training: bool = True, render_mode: str | None = None,
+                 **settings: Any) -> VecEnv:
+    """Create `num_envs` copies of the env of `cfg` (a Config, a mapping of its fields, or an env name; `settings`
+    override fields), with the options its backend reads (`BACKENDS`). `training` affects Atari and Doom, and
+    only training envs get a backend's `train_options` (Atari's --env-threads and --max-episode-frames);
+    `render_mode` applies to registered gymnasium ids only (custom callables make their envs as they like)."""
+    if num_envs < 1:
+        raise EnvError(f"num_envs must be >= 1, got {num_envs}")
+    name, backend, options = _resolve(cfg, settings, training)
+    return backend.vec(name, num_envs, training, render_mode, **options)
 
 
 def _rom_ids() -> list[str]:

@@ -168,8 +168,7 @@ def _make_env(cfg: Config, n: int, record: bool) -> tuple[VecEnv, Callable[[], n
     from asyncrl.envs.gym_env import GymVecEnv
     from asyncrl.envs.registry import make_vec_env
 
-    env = make_vec_env(cfg.env, n, training=False, render_mode="rgb_array" if record else None,
-                       env_kwargs=cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
+    env = make_vec_env(cfg, n, training=False, render_mode="rgb_array" if record else None)
     if record and isinstance(env, GymVecEnv):
         return env, _Renderer(env.envs[0])
     return env, None

@@ -48,10 +48,7 @@ class RolloutGuard:
     def make_envs(self) -> list[VecEnv]:
         cfg = self.cfg
         try:
-            self.envs = [make_vec_env(cfg.env, cfg.envs_per_split, training=True, num_threads=cfg.env_threads,
-                                      max_episode_frames=cfg.max_episode_frames, env_kwargs=cfg.env_kwargs_dict,
-                                      doom_measurements=cfg.doom_measurements)
-                         for _ in range(cfg.worker_splits)]
+            self.envs = [make_vec_env(cfg, cfg.envs_per_split, training=True) for _ in range(cfg.worker_splits)]
             for env in self.envs:
                 env.info_keys = cfg.info_key_names
         except Exception as exc:

@@ -99,7 +99,7 @@ class Runner:
         self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
         self.shutting_down = False
         self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
-        self.spec = make_env_spec(cfg.env, cfg.env_kwargs_dict, doom_measurements=cfg.doom_measurements)
+        self.spec = make_env_spec(cfg)
         self.stop_reason: str | None = None
         self.t_signal: float | None = None  # time.monotonic() of the first stop signal
         self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
