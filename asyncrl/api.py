@@ -21,7 +21,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.launch import run
 from asyncrl.resolve import config_from_flags
-from asyncrl.runtime.callbacks import Callbacks
+from asyncrl.runtime.plumbing.callbacks import Callbacks
 
 
 class TrainingFailed(RuntimeError):

@@ -128,7 +128,7 @@ class Config:
                 "last observation, unlike a game over)"})
     # --- learning ---
     algo: str = field(default="appo", metadata={
-        "help": "learning algorithm (asyncrl/learners/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
+        "help": "learning algorithm (asyncrl/agents/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
                 "docs/off-policy.md)"})
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
     epochs: int = field(default=3, metadata={"algos": PPO_ONLY, "help": "passes over each batch"})
@@ -173,7 +173,7 @@ class Config:
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
         "help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
-    # --- off-policy learners (--algo sac, td3, redq; asyncrl/learners/off_policy.py) ---
+    # --- off-policy learners (--algo sac, td3, redq; asyncrl/agents/off_policy/learner.py) ---
     replay_size: int = field(default=1_000_000, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: replay buffer capacity in transitions (checked against free RAM at start)"})
     learning_starts: int = field(default=5000, metadata={"algos": REPLAY_ONLY,
@@ -290,14 +290,7 @@ class Config:
         """Raise ConfigError with a one-line fix for any impossible setting."""
         check_experiment_name(self.experiment)
         parse_env_kwargs(self.env_kwargs)
-        from asyncrl.envs.registry import backend_for  # the env backends' table (light: no torch, no emulators)
-
-        backend = backend_for(self.env)
-        if parse_info_keys(self.info_keys) and not backend.info_keys:
-            raise ConfigError(f"--info-keys applies to gymnasium ids and module:callable envs, not {self.env!r}; "
-                              f"drop it")
-        if self.doom_measurements and "doom_measurements" not in backend.options:
-            raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {self.env!r}; drop it")
+        parse_info_keys(self.info_keys)
         if self.deterministic:
             for name in LOCKSTEP_ONES:
                 if getattr(self, name) != 1:

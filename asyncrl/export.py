@@ -1,11 +1,11 @@
 """Exporting a trained policy: a self-contained module from raw observations to the policy head's output.
 
-The exported module is the run's algo's `ActingHead` (`asyncrl.learners.base`), which `asyncrl.load_policy`
-uses too. For APPO (`asyncrl.learners.appo_head.PolicyHead`) it maps a batch of raw observations (the env's dtype and
+The exported module is the run's algo's `ActingHead` (`asyncrl.agents.base`), which `asyncrl.load_policy`
+uses too. For APPO (`asyncrl.agents.appo.head.PolicyHead`) it maps a batch of raw observations (the env's dtype and
 shape, e.g. uint8 frames or float32 vectors) to action logits (discrete actions) or Gaussian action means
 (continuous ones), applying every preprocessing step the trained model applies: the running observation
 normaliser when the run used one (clipped to +-5), uint8 frames scaled to [0, 1] inside the CNN. For SAC, TD3
-and REDQ (`asyncrl.learners.off_policy.OffPolicyHead`) it maps them to the greedy action within the action
+and REDQ (`asyncrl.agents.off_policy.learner.OffPolicyHead`) it maps them to the greedy action within the action
 bounds. It always computes in float32.
 
 Beside the exported file go `<stem>.json` (observation shape and dtype, preprocessing, action space, what the
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncrl.agents.appo.head import PolicyHead
 from asyncrl.envs.base import MASK_KEY
-from asyncrl.learners.appo_head import PolicyHead
 from asyncrl.policy import LoadedRun, PolicyLoadError, load_run_policy
 
 FORMATS = ("torchscript", "onnx")

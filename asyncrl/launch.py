@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from asyncrl.agents.registry import check_algo
 from asyncrl.config import Config, ConfigError
-from asyncrl.learners.registry import check_algo
+from asyncrl.envs.registry import check_env_options
 from asyncrl.resolve import resume_changes
 from asyncrl.runtime.distributed.rank import for_this_rank
 
@@ -115,7 +116,7 @@ def run(cfg: Config, out: Callable[..., None] = print,
         callbacks: Iterable[Callable[[dict], Any]] = ()) -> tuple[int, str | None, Config]:
     """Validate `cfg` and train in this process: (exit code, why the run stopped, the settings it ran with: under
     torchrun this rank's, `asyncrl.runtime.distributed.rank`). `callbacks` see every metrics record, checkpoint
-    and evaluation (asyncrl/runtime/callbacks.py).
+    and evaluation (asyncrl/runtime/plumbing/callbacks.py).
 
     Bad input raises ConfigError or EnvError before anything is created; an unusable process, ForkError.
     """
@@ -129,7 +130,7 @@ def run(cfg: Config, out: Callable[..., None] = print,
         require_cuda()
     if ranks is not None:
         ranks.announce(cfg)  # from here on every line this process prints starts with its rank
-    from asyncrl.runtime.runner import Runner
+    from asyncrl.runtime.roles.runner import Runner
 
     runner = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
     check_env_left_cuda_alone(cfg.env)
@@ -141,8 +142,10 @@ def run(cfg: Config, out: Callable[..., None] = print,
 
 
 def validate(cfg: Config) -> None:
-    """Every check of the settings that needs nothing started: the config's own, and that `--algo` is a learner."""
+    """Every check of the settings that needs nothing started: the config's own, that the env's backend takes
+    the env options given, and that `--algo` is a learner."""
     cfg.validate()
+    check_env_options(cfg)
     check_algo(cfg.algo)
 
 

@@ -2,10 +2,10 @@
 
 `load_policy(RUN_DIR)` returns a `Policy`: raw env observations (numpy or tensor, one or a batch) -> actions,
 greedy by default, sampled with `sample=True`. The run's `algo` says which module its checkpoint holds and under
-which key (`asyncrl.learners.registry.published_policy`), and how to act with it (its `ActingHead`, which is also
-what `asyncrl-export` writes to a file). `PolicyHead` is APPO's (`asyncrl.learners.appo_head`): raw
+which key (`asyncrl.agents.registry.published_policy`), and how to act with it (its `ActingHead`, which is also
+what `asyncrl-export` writes to a file). `PolicyHead` is APPO's (`asyncrl.agents.appo.head`): raw
 observations -> the policy head's output, with the observation normaliser and preprocessing inside. Actions come
-from the head's `act` (the acting contract, `asyncrl.learners.acting`).
+from the head's `act` (the acting contract, `asyncrl.agents.acting`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncrl.agents.acting import module_device
+from asyncrl.agents.appo.head import NORM_EPS, OBS_CLIP, PolicyHead
 from asyncrl.envs.base import EnvSpec
-from asyncrl.learners.acting import module_device
-from asyncrl.learners.appo_head import NORM_EPS, OBS_CLIP, PolicyHead
 
 if TYPE_CHECKING:
-    from asyncrl.learners.base import ActingHead
+    from asyncrl.agents.base import ActingHead
 
 __all__ = ["NORM_EPS", "OBS_CLIP", "LoadedRun", "Policy", "PolicyHead", "PolicyLoadError", "load_policy",
            "load_run_policy", "module_device", "read_checkpoint", "restore_policy"]
@@ -50,7 +50,7 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
     from asyncrl.config import Config
     from asyncrl.envs.base import EnvError
     from asyncrl.envs.registry import make_env_spec
-    from asyncrl.runtime.checkpoint import CheckpointError
+    from asyncrl.runtime.store.checkpoint import CheckpointError
 
     if not os.path.isdir(run_dir):
         raise PolicyLoadError(f"no run directory {run_dir}")
@@ -73,8 +73,8 @@ def read_checkpoint(run_dir: str, best: bool, warn) -> tuple[str, dict[str, Any]
     """(path, state) of the run's newest good checkpoint, or of checkpoints/best.pt with `best`; CheckpointError
     (one line, what to do) when there is none. Read on the CPU, whatever device the run trained on:
     `restore_policy` places the weights on its `device`."""
-    from asyncrl.runtime.best_checkpoint import best_path, load_best
-    from asyncrl.runtime.checkpoint import CheckpointError, load_latest_checkpoint
+    from asyncrl.runtime.store.best_checkpoint import best_path, load_best
+    from asyncrl.runtime.store.checkpoint import CheckpointError, load_latest_checkpoint
 
     if not best:
         return load_latest_checkpoint(run_dir, map_location="cpu", warn=warn)
@@ -88,9 +88,9 @@ def read_checkpoint(run_dir: str, best: bool, warn) -> tuple[str, dict[str, Any]
 
 
 def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str = "cpu") -> LoadedRun:
-    """The policy a checkpoint's `learner` state holds, as the run's algo publishes it (`asyncrl.learners`)."""
+    """The policy a checkpoint's `learner` state holds, as the run's algo publishes it (`asyncrl.agents`)."""
+    from asyncrl.agents.registry import published_policy
     from asyncrl.config import Config, ConfigError
-    from asyncrl.learners.registry import published_policy
 
     try:
         config = json.loads(state["config"])
@@ -115,7 +115,7 @@ class Policy(nn.Module):
     Takes one observation (the env's observation shape) or a batch of them (a leading batch dimension), as a
     numpy array or a tensor, and returns actions of the same kind: a numpy array (a numpy scalar for one
     discrete action) for numpy input, a tensor for tensor input. Greedy and sampled actions are the run's
-    algo's (the head's `act`, `asyncrl.learners.acting`): for APPO the most likely action (discrete) or the
+    algo's (the head's `act`, `asyncrl.agents.acting`): for APPO the most likely action (discrete) or the
     Gaussian mean clipped to the action bounds (continuous); for SAC and REDQ `center + half_range tanh(mean)`,
     for TD3 the deterministic actor's action.
     For a Dict observation space it takes a dict of such arrays (or tensors), one per key, as the env returns

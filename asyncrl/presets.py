@@ -69,7 +69,7 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
 
 def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo") -> dict[str, Any]:
     """The env family's preset; for an off-policy `algo`, the "off_policy" preset (and "off_policy_<algo>") over it."""
-    from asyncrl.learners.registry import OFF_POLICY
+    from asyncrl.agents.registry import OFF_POLICY
 
     if algo in OFF_POLICY:
         family = PRESETS[preset_name(env, env_kwargs)]

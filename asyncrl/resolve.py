@@ -174,7 +174,7 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
     checks); always True when the env cannot be described here (the runner reports that)."""
     try:
         from asyncrl.envs.registry import make_env_spec
-        from asyncrl.runtime.trajectories import trajectory_bytes
+        from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 
         spec = make_env_spec(settings)  # with the run's --env-kwargs and backend options
         available = available_memory()

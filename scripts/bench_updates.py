@@ -12,10 +12,10 @@ import time
 
 import torch
 
+from asyncrl.agents import registry
+from asyncrl.agents.batch import Batch
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners import registry
-from asyncrl.learners.batch import Batch
 
 T, B = 8, 64
 

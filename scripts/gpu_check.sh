@@ -215,8 +215,8 @@ fi
 TENSORS='import sys, torch
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.rng_state import load_rng_state, rng_state
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.rng_state import load_rng_state, rng_state
 from asyncrl.algo.moment_sync import MomentSync, moment_modules
 from asyncrl.policy import PolicyHead
 dev = torch.device(sys.argv[1])

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import Batch
 from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import Batch
 from asyncrl.runtime.distributed.group import join_group
 from asyncrl.runtime.distributed.rank import ENV_STEPS as STEPS_WORD
 from asyncrl.runtime.distributed.rank import EPISODES as EPISODES_WORD

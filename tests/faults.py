@@ -107,7 +107,7 @@ def make_huge_obs_env() -> gym.Env:
 
 
 def _plant_learner_fault(kind: str) -> None:
-    from asyncrl.learners.appo import APPOLearner
+    from asyncrl.agents.appo.learner import APPOLearner
 
     original = APPOLearner.train
     calls = [0]
@@ -124,7 +124,7 @@ def _plant_learner_fault(kind: str) -> None:
 
 
 def _plant_file_size_limit(limit: int) -> None:
-    from asyncrl.runtime import learner
+    from asyncrl.runtime.roles import learner
 
     original = learner.init_child
 

@@ -1,4 +1,4 @@
-"""The acting contract (`asyncrl.learners.acting`): every model kind acts through `act(obs, state, first,
+"""The acting contract (`asyncrl.agents.acting`): every model kind acts through `act(obs, state, first,
 greedy)` with an empty state and the same outputs as its own primitives; the slots carry `first` and the
 actor's state, which the real rollout worker writes and hands over to the next slot."""
 
@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.acting import Actor, published_actor, reset_where_first, zero_state
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import gather_batch
+from asyncrl.agents.off_policy.sac import SACLearner
+from asyncrl.agents.off_policy.td3 import TD3Learner
 from asyncrl.config import Config
 from asyncrl.envs.base import MASK_KEY, EnvSpec, ObsKey
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.acting import Actor, published_actor, reset_where_first, zero_state
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import gather_batch
-from asyncrl.learners.sac import SACLearner
-from asyncrl.learners.td3 import TD3Learner
 from asyncrl.models.actor_critic import greedy_actions
-from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.rollout_worker import run_rollout_worker
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots, trajectory_bytes, trajectory_layout
+from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots, trajectory_bytes, trajectory_layout
+from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
 
 F32 = np.dtype(np.float32)
 SPECS = {

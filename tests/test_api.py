@@ -22,7 +22,7 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
-from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import train_command
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from asyncrl.algo.appo import APPOHyperparams, appo_loss
+from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
 from asyncrl.algo.vtrace import vtrace
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.batch import gather_batch
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec, ObsKey
-from asyncrl.learners.batch import gather_batch
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
 
 F32 = np.dtype(np.float32)
 ACTIONS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
 from tests.conftest import run_cli
 
 SMALL = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",

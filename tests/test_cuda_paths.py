@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.registry import make_learner
 from asyncrl.algo.moment_sync import MomentSync, moment_modules
 from asyncrl.bench.report import markdown
 from asyncrl.bench.sample_factory import sf2_command
@@ -24,14 +26,12 @@ from asyncrl.config import Config, default_workers
 from asyncrl.diagnostics.resources import GpuSampler, gpu_ids
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.launch import ForkError, check_can_fork, cuda_driver_loaded
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.registry import make_learner
 from asyncrl.policy import PolicyHead, module_device, restore_policy
-from asyncrl.runtime.checkpoint import save_checkpoint
-from asyncrl.runtime.cpus import default_learner_threads
-from asyncrl.runtime.devices import configure_cuda_backends
 from asyncrl.runtime.distributed.group import NCCL_ERROR_ENV, nccl_error_environment
-from asyncrl.runtime.learner import learner_threads, read_resume_state
+from asyncrl.runtime.host.cpus import default_learner_threads
+from asyncrl.runtime.host.devices import configure_cuda_backends
+from asyncrl.runtime.roles.learner import learner_threads, read_resume_state
+from asyncrl.runtime.store.checkpoint import save_checkpoint
 from asyncrl.system import cgroup_cpu_limit, usable_cpus
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,14 +9,14 @@ import time
 import numpy as np
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import gather_batch
 from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import gather_batch
-from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.liveness import NO_OWNER
-from asyncrl.runtime.rollout_worker import run_rollout_worker
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.liveness import NO_OWNER
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
 
 SCRIBBLE = 123.0  # what the "learner" writes into a slot it has been handed (the null env's obs are all 0)
 

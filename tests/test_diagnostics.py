@@ -19,7 +19,7 @@ from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, parse_rows, summarize
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
-from asyncrl.runtime.schedstat import run_queue_delay_s
+from asyncrl.runtime.plumbing.schedstat import run_queue_delay_s
 
 
 def fractions(env=None, infer=None, lwait=None, copy=None, train=None) -> dict:
@@ -435,7 +435,7 @@ def fake_checkpoint(run_dir: str, hidden_size: int = 64) -> None:
     from asyncrl.config import Config
     from asyncrl.envs.null_env import NULL_SPEC
     from asyncrl.models.actor_critic import build_model
-    from asyncrl.runtime.checkpoint import save_checkpoint
+    from asyncrl.runtime.store.checkpoint import save_checkpoint
 
     model = build_model(NULL_SPEC, hidden_size)
     save_checkpoint(run_dir, 7, {"learner": {"model": model.state_dict(), "version": 7}, "env_steps": 0,

@@ -96,7 +96,7 @@ def test_nan_rewards_stop_the_run_and_keep_a_good_checkpoint(tmp_path) -> None:
 
     import torch
 
-    from asyncrl.runtime.checkpoint import load_latest_checkpoint
+    from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
 
     _, state = load_latest_checkpoint(run_dir)
     weights = state["learner"]["model"]

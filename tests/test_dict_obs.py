@@ -12,20 +12,20 @@ import pytest
 import torch
 
 import asyncrl
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import gather_batch
+from asyncrl.agents.registry import check_algo_env
 from asyncrl.cli.enjoy import main as enjoy_main
 from asyncrl.cli.export import main as export_main
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvError
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import gather_batch
-from asyncrl.learners.registry import check_algo_env
 from asyncrl.models.actor_critic import build_model
 from asyncrl.policy import load_run_policy
-from asyncrl.runtime.checkpoint import save_checkpoint
-from asyncrl.runtime.evaluator import _play
-from asyncrl.runtime.rollout_worker import _keep_final_obs
-from asyncrl.runtime.trajectories import allocate_trajectories, obs_arrays
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, obs_arrays
+from asyncrl.runtime.roles.evaluator import _play
+from asyncrl.runtime.roles.rollout_worker import _keep_final_obs
+from asyncrl.runtime.store.checkpoint import save_checkpoint
 from tests.conftest import run_cli
 from tests.custom_env import SignMatch
 

@@ -27,9 +27,9 @@ import pytest
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
-from asyncrl.runtime.checkpoint import list_checkpoints
 from asyncrl.runtime.distributed.group import CHECKSUMS_ENV, CHECKSUMS_FILE
 from asyncrl.runtime.distributed.rank import rank_device, rank_from_environ
+from asyncrl.runtime.store.checkpoint import list_checkpoints
 
 FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
          "--report-interval", "1"]

@@ -15,8 +15,8 @@ import psutil
 import pytest
 from conftest import TrainRun, shm_entries, start_train, wait_for
 
-from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.runner import SHUTDOWN_TIMEOUT_S
+from asyncrl.runtime.roles.runner import SHUTDOWN_TIMEOUT_S
+from asyncrl.runtime.store.checkpoint import list_checkpoints
 
 CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--frames", "150000"]  # the resume test stops on --seconds first
 # Ctrl-C to exit: the runner's own timeline (notice within 50 ms, SHUTDOWN_TIMEOUT_S of joins, then 2 s per

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from asyncrl.learners.eager import Adam
+from asyncrl.agents.eager import Adam
 
 
 def _train(opt_cls: type, steps: int = 6) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -53,7 +53,7 @@ def test_a_learner_trains_without_loading_the_compiler() -> None:
 import sys
 import torch
 from tests.test_eager_adam import _train
-from asyncrl.learners.eager import Adam
+from asyncrl.agents.eager import Adam
 _, opt = _train(Adam)
 opt.load_state_dict(opt.state_dict())
 log_alpha = torch.zeros(1, requires_grad=True)

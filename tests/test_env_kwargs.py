@@ -89,7 +89,7 @@ def test_the_scale_memory_estimate_makes_the_env_with_its_kwargs(monkeypatch: py
     import asyncrl.resolve as resolve
     from asyncrl.config import Config
     from asyncrl.envs.registry import make_env_spec
-    from asyncrl.runtime.trajectories import trajectory_bytes
+    from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 
     sys.path.insert(0, str(ROOT))
     env = "tests.custom_env:ChannelsLastImages"

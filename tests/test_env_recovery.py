@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import Batch
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvBroken
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import Batch
-from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.store.checkpoint import list_checkpoints
 from tests.conftest import read_metrics, shm_entries, start_train
 from tests.erratic_envs import RaiseEvery
 

@@ -19,8 +19,8 @@ from asyncrl.cli.train import main as train_main
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
-from asyncrl.runtime.best_checkpoint import best_path, save_best
-from asyncrl.runtime.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.best_checkpoint import best_path, save_best
+from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
 
 EVAL_FLAGS = ["--env", "CartPole-v1", "--frames", "4000", "--workers", "2", "--report-interval", "1",
               "--eval-every", "1500", "--eval-episodes", "2", "--eval-video"]
@@ -143,7 +143,7 @@ def test_killed_evaluator_is_restarted_and_training_goes_on(tmp_path: Path, reap
 
 def test_evaluator_steps_envs_with_separate_terminated_and_truncated() -> None:
     """The evaluator also drives the VecEnv.step that reports terminated and truncated apart."""
-    from asyncrl.runtime.evaluator import _stepper
+    from asyncrl.runtime.roles.evaluator import _stepper
 
     class SplitEndEnv:
         def step(self, actions, obs_out, reward_out, terminated_out, truncated_out, final_obs_out):

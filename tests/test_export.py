@@ -15,7 +15,7 @@ from asyncrl.cli.export import main as export_main
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
-from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import run_cli
 
 TOL = 1e-5

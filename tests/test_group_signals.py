@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from asyncrl.runtime.checkpoint import list_checkpoints
+from asyncrl.runtime.store.checkpoint import list_checkpoints
 from tests.conftest import read_metrics, shm_entries, start_train, wait_for
 
 COMMON = ["--workers", "2", "--envs-per-worker", "8", "--checkpoint-interval", "3600", "--report-interval", "1",

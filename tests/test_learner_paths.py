@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.batch import Batch, gather_batch
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import Batch, gather_batch
 from asyncrl.models import precision as model_precision
-from asyncrl.runtime.checkpoint import list_checkpoints, save_checkpoint
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.store.checkpoint import list_checkpoints, save_checkpoint
 
 T, B = 6, 8  # steps x envs of the hand-made batches
 MAX_LAG = 2

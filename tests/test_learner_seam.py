@@ -7,15 +7,15 @@ import pytest
 import torch
 from test_cli import main_in_process
 
+from asyncrl.agents import registry
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.base import Learner, no_gradient_sync, no_heartbeat, same_update_count
+from asyncrl.agents.batch import Batch
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.aggregate import Totals, learner_stats
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.launch import validate
-from asyncrl.learners import registry
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.base import Learner, no_gradient_sync, no_heartbeat, same_update_count
-from asyncrl.learners.batch import Batch
 from asyncrl.models.actor_critic import flat_state
 
 

@@ -42,10 +42,10 @@ def test_learner_adapts_and_checkpoints_its_rate() -> None:
     """A real learner on a synthetic batch: a tiny KL raises the rate, the rate survives a state-dict round trip."""
     import gymnasium as gym
 
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.agents.batch import Batch
     from asyncrl.config import Config
     from asyncrl.envs.base import EnvSpec
-    from asyncrl.learners.appo import APPOLearner
-    from asyncrl.learners.batch import Batch
 
     spec = EnvSpec("vec", (4,), np.dtype(np.float32), gym.spaces.Discrete(2), 1)
     cfg = Config(env="CartPole-v1", lr=1e-4, lr_schedule="kl", kl_target=1.0, minibatches=1, rollout=4,

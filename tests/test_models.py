@@ -53,7 +53,7 @@ def test_nature_cnn_shapes() -> None:
 
 
 def test_precision_auto_uses_bf16_only_for_the_cnn_on_a_native_bf16_cpu() -> None:
-    from asyncrl.runtime.devices import cpu_has_native_bf16, resolve_precision
+    from asyncrl.runtime.host.devices import cpu_has_native_bf16, resolve_precision
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_precision("fp32", cpu, True) is None

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from asyncrl import config
-from asyncrl.algo.appo import APPOHyperparams, appo_loss
+from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
 from asyncrl.algo.moment_sync import MomentSync, moment_modules
 from asyncrl.algo.normalizers import RunningMeanStd, symexp, symlog
 from asyncrl.algo.return_norm import ReturnNormalizer

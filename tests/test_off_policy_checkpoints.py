@@ -17,15 +17,15 @@ import torch
 from safetensors.torch import load_file
 
 import asyncrl
+from asyncrl.agents import registry
+from asyncrl.agents.batch import Batch
+from asyncrl.agents.off_policy.learner import OffPolicyActor
 from asyncrl.cli import diagnose, enjoy
 from asyncrl.cli.export import main as export_main
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners import registry
-from asyncrl.learners.batch import Batch
-from asyncrl.learners.off_policy import OffPolicyActor
-from asyncrl.runtime.best_checkpoint import best_path, load_best
-from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.best_checkpoint import best_path, load_best
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
 from tests.conftest import read_metrics, run_cli
 
 TOL = 1e-5

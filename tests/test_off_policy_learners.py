@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents import registry
+from asyncrl.agents.base import Learner
+from asyncrl.agents.batch import Batch
+from asyncrl.agents.off_policy.learner import OffPolicyLearner
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners import registry
-from asyncrl.learners.base import Learner
-from asyncrl.learners.batch import Batch
-from asyncrl.learners.off_policy import OffPolicyLearner
 from asyncrl.models.actor_critic import flat_state
 from tests.conftest import start_train
 
@@ -111,7 +111,7 @@ def _target(learner: OffPolicyLearner, rewards, terminated, next_obs) -> torch.T
         next_q = learner.critic_target(next_obs, action)
         if hasattr(learner, "_target"):
             return learner._target(rewards, terminated, next_q, logp, learner.log_alpha.exp())
-        from asyncrl.algo.td3 import clipped_double_q_target
+        from asyncrl.agents.off_policy.td3_loss import clipped_double_q_target
 
         return clipped_double_q_target(rewards, terminated, next_q, learner.cfg.gamma)
 

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents import registry
+from asyncrl.agents.batch import Batch
+from asyncrl.agents.off_policy.learner import OffPolicyLearner
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners import registry
-from asyncrl.learners.batch import Batch
-from asyncrl.learners.off_policy import OffPolicyLearner
-from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
 
 SPEC = make_env_spec("Pendulum-v1")
 T, B = 4, 3

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents import registry
+from asyncrl.agents.batch import Batch
+from asyncrl.agents.off_policy.learner import OffPolicyLearner
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
-from asyncrl.learners import registry
-from asyncrl.learners.batch import Batch
-from asyncrl.learners.off_policy import OffPolicyLearner
 
 SPEC = EnvSpec("one-step", (2,), np.dtype(np.float32), gym.spaces.Box(-1.0, 1.0, (1,), np.float32), 1)
 WEIGHTS = torch.tensor([0.5, -0.5])

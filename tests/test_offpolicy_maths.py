@@ -10,7 +10,10 @@ import torch
 from torch import nn
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
 
-from asyncrl.algo import redq, sac, td3
+from asyncrl.agents.off_policy import redq_loss as redq
+from asyncrl.agents.off_policy import sac_loss as sac
+from asyncrl.agents.off_policy import td3_loss as td3
+from asyncrl.algo.squashed_gaussian import tanh_gaussian_log_prob
 from asyncrl.models.critics import EnsembleLinear, QEnsemble, TanhGaussianActor, polyak_update
 
 T = torch.tensor
@@ -48,17 +51,17 @@ def test_sac_critic_actor_and_temperature_losses_by_hand() -> None:
 def test_tanh_gaussian_log_prob_by_hand_and_against_torch_distributions() -> None:
     zero = T([[0.0]])
     # u = 0: log N(0; 0, 1) = -0.5 log(2 pi), and tanh'(0) = 1
-    assert sac.tanh_gaussian_log_prob(zero, zero, zero).item() == pytest.approx(-0.5 * math.log(2 * math.pi))
+    assert tanh_gaussian_log_prob(zero, zero, zero).item() == pytest.approx(-0.5 * math.log(2 * math.pi))
     # u = 1: -0.5 - 0.5 log(2 pi) - log(1 - tanh(1)^2)
     hand = -0.5 - 0.5 * math.log(2 * math.pi) - math.log(1 - math.tanh(1) ** 2)
-    assert sac.tanh_gaussian_log_prob(zero, zero, T([[1.0]])).item() == pytest.approx(hand)
+    assert tanh_gaussian_log_prob(zero, zero, T([[1.0]])).item() == pytest.approx(hand)
     # large |u| stays finite where log(1 - tanh^2) would give -inf
-    assert torch.isfinite(sac.tanh_gaussian_log_prob(zero, zero, T([[30.0]]))).all()
+    assert torch.isfinite(tanh_gaussian_log_prob(zero, zero, T([[30.0]]))).all()
     mean, log_std, u = T([[0.3, -1.0]]), T([[-0.5, 0.2]]), T([[0.7, -2.0]])
     scale, bias = T([2.0, 0.5]), T([1.0, 0.0])
     dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(bias, scale)])
     expected = dist.log_prob(bias + scale * torch.tanh(u)).sum(-1)
-    torch.testing.assert_close(sac.tanh_gaussian_log_prob(mean, log_std, u, scale.expand_as(u)), expected)
+    torch.testing.assert_close(tanh_gaussian_log_prob(mean, log_std, u, scale.expand_as(u)), expected)
 
 
 def test_td3_smoothing_clipped_double_q_and_delay_by_hand() -> None:

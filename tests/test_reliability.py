@@ -26,9 +26,9 @@ import psutil
 import pytest
 from faster_fifo import Empty, Queue
 
-from asyncrl.runtime.checkpoint import list_checkpoints
-from asyncrl.runtime.queue_repair import QueueRepair, RepairThread
-from asyncrl.runtime.supervisor import clean_stale_shm
+from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
+from asyncrl.runtime.recovery.supervisor import clean_stale_shm
+from asyncrl.runtime.store.checkpoint import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 SHM = Path("/dev/shm")
@@ -393,11 +393,11 @@ def test_learner_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     import numpy as np
     import torch
 
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.agents.batch import Batch
     from asyncrl.config import Config
     from asyncrl.envs.registry import make_env_spec
-    from asyncrl.learners.appo import APPOLearner
-    from asyncrl.learners.batch import Batch
-    from asyncrl.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+    from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
 
     cfg = Config(env="CartPole-v1", train_dir=str(tmp_path), normalize_obs=True, lr_schedule="linear",
                  frames=10_000, minibatches=1)

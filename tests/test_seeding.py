@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from conftest import run_cli
 
-from asyncrl.runtime.checkpoint import load_latest_checkpoint
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
 
 SHORT = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
          "--minibatches", "1", "--frames", "1000"]

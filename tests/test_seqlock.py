@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from asyncrl.runtime import shared
-from asyncrl.runtime.shared import SharedWeights
+from asyncrl import shm as shared
+from asyncrl.shm import SharedWeights
 
 N = 1 << 12
 

@@ -13,17 +13,17 @@ import pytest
 import trace_env
 from faster_fifo import Queue
 
+from asyncrl import shm as shared
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.runtime import shared
-from asyncrl.runtime.channels import Channels, Empty, get_or_stop
-from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING
-from asyncrl.runtime.rollout_worker import run_rollout_worker
-from asyncrl.runtime.shared import SharedArrays, SharedWeights
-from asyncrl.runtime.supervisor import Supervisor
-from asyncrl.runtime.trajectories import SPARE_SLOTS, allocate_trajectories, circulating_slots, num_slots
+from asyncrl.runtime.plumbing.channels import Channels, Empty, get_or_stop
+from asyncrl.runtime.plumbing.liveness import NO_OWNER, NO_TRANSIT, TAKING
+from asyncrl.runtime.plumbing.trajectories import SPARE_SLOTS, allocate_trajectories, circulating_slots, num_slots
+from asyncrl.runtime.recovery.supervisor import Supervisor
+from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
+from asyncrl.shm import SharedArrays, SharedWeights
 
 FORK = mp.get_context("fork")
 
@@ -127,7 +127,7 @@ def engine(**overrides: object) -> tuple[Config, EnvSpec, SharedArrays, Channels
         import torch
 
         from asyncrl.models.actor_critic import build_model
-        from asyncrl.runtime.learner import WeightsPublisher
+        from asyncrl.runtime.roles.learner import WeightsPublisher
 
         torch.set_num_threads(1)
         WeightsPublisher(build_model(spec, cfg.hidden_size, cfg.normalize_obs), weights).publish(1)
@@ -137,7 +137,7 @@ def engine(**overrides: object) -> tuple[Config, EnvSpec, SharedArrays, Channels
 
 
 def policy_worker_body(*args: object) -> None:
-    from asyncrl.runtime.policy_worker import run_policy_worker  # torch loads in the child only
+    from asyncrl.runtime.roles.policy_worker import run_policy_worker  # torch loads in the child only
 
     run_policy_worker(*args)
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from asyncrl.runtime.shared import SharedWeights
+from asyncrl.shm import SharedWeights
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import pytest
 
 from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.runtime.channels import Empty
-from asyncrl.runtime.liveness import NO_OWNER, NO_TRANSIT, TAKING
-from asyncrl.runtime.supervisor import Supervisor
-from asyncrl.runtime.trajectories import SPARE_SLOTS, circulating_slots, num_slots
-from asyncrl.runtime.wiring import RunWiring, build_wiring
+from asyncrl.runtime.plumbing.channels import Empty
+from asyncrl.runtime.plumbing.liveness import NO_OWNER, NO_TRANSIT, TAKING
+from asyncrl.runtime.plumbing.trajectories import SPARE_SLOTS, circulating_slots, num_slots
+from asyncrl.runtime.plumbing.wiring import RunWiring, build_wiring
+from asyncrl.runtime.recovery.supervisor import Supervisor
 
 FORK = mp.get_context("fork")
 

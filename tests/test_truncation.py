@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.algo.appo import APPOHyperparams, appo_loss
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
+from asyncrl.agents.batch import gather_batch
 from asyncrl.algo.time_limits import episode_end_inputs
 from asyncrl.algo.vtrace import vtrace
 from asyncrl.config import Config
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.appo import APPOLearner
-from asyncrl.learners.batch import gather_batch
-from asyncrl.runtime.rollout_worker import _keep_final_obs
-from asyncrl.runtime.trajectories import NO_FINAL, allocate_trajectories
+from asyncrl.runtime.plumbing.trajectories import NO_FINAL, allocate_trajectories
+from asyncrl.runtime.roles.rollout_worker import _keep_final_obs
 
 GAMMA = 0.98
 V_TRUE = -1.0 / (1.0 - GAMMA)  # -50: reward -1 every step, forever

@@ -14,7 +14,7 @@ from asyncrl.cli import enjoy
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
-from asyncrl.runtime.checkpoint import save_checkpoint
+from asyncrl.runtime.store.checkpoint import save_checkpoint
 
 
 def checkpoint_for(run_dir: Path, env: str) -> None:

@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import torch
 
+from asyncrl.agents.off_policy.learner import OffPolicyActor
+from asyncrl.agents.registry import learner_class
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
-from asyncrl.learners.off_policy import OffPolicyActor
-from asyncrl.learners.registry import learner_class
-from asyncrl.runtime.channels import Channels, Empty
-from asyncrl.runtime.evaluator import SEED_OFFSET
-from asyncrl.runtime.learner import WeightsPublisher
-from asyncrl.runtime.shared import SharedArrays, SharedWeights
-from asyncrl.runtime.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
+from asyncrl.runtime.roles.evaluator import SEED_OFFSET
+from asyncrl.runtime.roles.learner import WeightsPublisher
+from asyncrl.shm import SharedArrays, SharedWeights
 
 FORK = mp.get_context("fork")
 SPEC = make_env_spec("Pendulum-v1")
@@ -84,13 +84,13 @@ class Learner:
 
 
 def policy_worker_body(*args: object) -> None:
-    from asyncrl.runtime.policy_worker import run_policy_worker
+    from asyncrl.runtime.roles.policy_worker import run_policy_worker
 
     run_policy_worker(*args)
 
 
 def evaluator_body(*args: object) -> None:
-    from asyncrl.runtime.evaluator import run_evaluator
+    from asyncrl.runtime.roles.evaluator import run_evaluator
 
     run_evaluator(*args)
 
@@ -147,7 +147,7 @@ def test_the_evaluator_scores_the_newest_weights(tmp_path: Path) -> None:
     cfg = Config(env="Pendulum-v1", algo="sac", hidden_size=16, eval_every=1000, eval_episodes=1,
                  train_dir=str(tmp_path), experiment="e")
     weights, channels = SharedWeights(), Channels.create(1, 4)
-    request = SharedArrays({"due": ((2,), np.dtype(np.int64))})  # runtime/eval_schedule.py's request block
+    request = SharedArrays({"due": ((2,), np.dtype(np.int64))})  # runtime/plumbing/eval_schedule.py's request block
     learner = Learner(cfg, weights)
     proc = fork(evaluator_body, cfg, SPEC, weights, channels, request)
 

@@ -79,10 +79,10 @@ class NaivePPO:
                  gae_lambda: float = 0.95):
         import torch
 
+        from asyncrl.agents.eager import Adam
         from asyncrl.bench.machine import resolve_bench_device
-        from asyncrl.learners.eager import Adam
         from asyncrl.models.actor_critic import build_model
-        from asyncrl.runtime.devices import configure_cuda_backends, resolve_precision
+        from asyncrl.runtime.host.devices import configure_cuda_backends, resolve_precision
 
         self.torch, self.envs, self.spec, self.s = torch, envs, spec, s
         self.device = torch.device(resolve_bench_device(s.device))

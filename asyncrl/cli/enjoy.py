@@ -38,12 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def play(head, env, args: argparse.Namespace, screens: Screens | None = None) -> tuple[list[float], list[np.ndarray]]:
     """Scores of `args.episodes` full episodes, and the first episode's frames (from `screens`) when a video is
-    wanted. `head` is the run's `asyncrl.learners.base.ActingHead`: it picks the actions the env receives, through
-    the acting contract (`asyncrl.learners.acting.Actor`)."""
+    wanted. `head` is the run's `asyncrl.agents.base.ActingHead`: it picks the actions the env receives, through
+    the acting contract (`asyncrl.agents.acting.Actor`)."""
     import torch
 
+    from asyncrl.agents.acting import module_device
     from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
-    from asyncrl.learners.acting import module_device
     from asyncrl.models.obs import obs_from_numpy
 
     spec = env.spec
@@ -117,7 +117,7 @@ def load(args: argparse.Namespace):
     from asyncrl.config import Config
     from asyncrl.envs.registry import make_vec_env
     from asyncrl.policy import PolicyLoadError, read_checkpoint, restore_policy
-    from asyncrl.runtime.checkpoint import CheckpointError
+    from asyncrl.runtime.store.checkpoint import CheckpointError
 
     torch.set_num_threads(1)  # batch-1 inference: more threads only spin, badly so on a busy machine
     device = args.device

@@ -20,7 +20,7 @@ from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, summarize
 from asyncrl.envs.base import EnvSpec
 
-REPLAY_STAGES = ("insert", "sample", "update")  # the replay learners' parts of t_train (learners/off_policy.py)
+REPLAY_STAGES = ("insert", "sample", "update")  # the replay learners' parts of t_train (agents/off_policy/learner.py)
 EARLY_RECORDS = 20  # kept for good: the detectors' baselines
 RECENT_RECORDS = 500  # kept as a sliding window (a long run's history must not itself leak)
 QUEUE_NAMES = ("requests", "full", "free", "reports")

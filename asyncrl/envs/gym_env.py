@@ -180,8 +180,8 @@ class GymVecEnv(VecEnv):
                 obs, reward, terminated, truncated, info = env.step(acts[i])
                 reward = float(reward)
             except Exception as exc:  # the transition is lost; the episode is dropped, not counted
-                # The step is marked invalid by the worker (runtime/rollout_guard.py): the learner cuts the trace
-                # there and leaves it out of the loss, so it needs no episode-end flag of its own.
+                # The step is marked invalid by the worker (runtime/recovery/rollout_guard.py): the learner cuts the
+                # trace there and leaves it out of the loss, so it needs no episode-end flag of its own.
                 reward_out[i] = 0.0
                 terminated_out[i] = truncated_out[i] = False
                 obs_out[i] = self._chw(self._replace(i, "step", exc))

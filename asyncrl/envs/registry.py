@@ -29,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from asyncrl.config import Config, parse_env_kwargs
+from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
@@ -135,6 +135,15 @@ BACKENDS: list[Backend] = [
 def backend_for(name: str) -> Backend:
     """The `BACKENDS` row that serves env `name`."""
     return next(b for b in BACKENDS if b.matches(name))
+
+
+def check_env_options(cfg: Config) -> None:
+    """ConfigError (one line) for an env option the env's backend does not take."""
+    backend = backend_for(cfg.env)
+    if parse_info_keys(cfg.info_keys) and not backend.info_keys:
+        raise ConfigError(f"--info-keys applies to gymnasium ids and module:callable envs, not {cfg.env!r}; drop it")
+    if cfg.doom_measurements and "doom_measurements" not in backend.options:
+        raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {cfg.env!r}; drop it")
 
 
 def preset_family(name: str) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from asyncrl.algo.sac import tanh_gaussian_log_prob
+from asyncrl.algo.squashed_gaussian import tanh_gaussian_log_prob
 
 LOG_STD_RANGE = (-20.0, 2.0)  # as in the SAC reference implementation
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asyncrl.config import ConfigError
-from asyncrl.runtime.shared import SharedArrays
+from asyncrl.shm import SharedArrays
 
 DEFAULT_SEGMENT_LEN = 32
 MAX_OPEN_TAILS = 1024  # segments awaiting their env's next chunk (oldest dropped beyond this)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from asyncrl.config import Config, ConfigError, check_experiment_name
-from asyncrl.runtime.checkpoint import checkpoint_dir, list_checkpoints
+from asyncrl.runtime.store.checkpoint import checkpoint_dir, list_checkpoints
 
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 SEED_STRIDE = 100_003  # rank r runs with --seed + r x SEED_STRIDE
@@ -134,7 +134,7 @@ def for_this_rank(cfg: Config, environ: dict[str, str] | None = None) -> tuple[C
     """Under torchrun: this rank's settings (a new Config, for validation) and its state; else `(cfg, None)`.
 
     The defaults of --workers and --learner-threads divide the node's usable cores by its ranks themselves
-    (`asyncrl.runtime.cpus`).
+    (`asyncrl.runtime.host.cpus`).
     """
     info = rank_from_environ(environ)
     if info is None:

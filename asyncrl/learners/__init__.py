@@ -1,1 +1,0 @@
-"""Learners: what the learner process trains (one module per algorithm, chosen by `--algo`; see registry.py)."""

@@ -1,0 +1,1 @@
+"""This process on this machine: devices, thread counts and seeds."""

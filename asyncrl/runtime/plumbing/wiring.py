@@ -1,0 +1,64 @@
+"""One run's wiring: the shared buffers, the channels and which processes to start with which arguments.
+
+Built once per rank by `build_wiring`, before any process is forked; the runner starts `processes` in order and
+restarts any of them with the same arguments. Torch-free (the runner imports it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from asyncrl.config import Config, ConfigError
+from asyncrl.envs.base import EnvSpec
+from asyncrl.runtime.distributed.rank import DataParallel
+from asyncrl.runtime.plumbing.channels import Channels
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, circulating_slots, num_slots
+from asyncrl.shm import SharedArrays, SharedWeights
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A child process: its name, and the `module:function(*args)` it runs after the fork."""
+
+    name: str
+    module: str
+    function: str
+    args: tuple
+
+
+@dataclass
+class RunWiring:
+    traj: SharedArrays  # the trajectory slots
+    weights: SharedWeights  # the published policy
+    channels: Channels
+    processes: list[ProcessSpec]  # in start order: the learner first
+
+    def close(self) -> None:
+        """Drop this process's handle on the weights buffer (the children's copies go with them)."""
+        os.close(self.weights.fd)
+
+
+def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) -> RunWiring:
+    """Allocate the shared memory and queues, hand the rollout workers their free slots and list the processes.
+    `ranks` (under torchrun) goes to the learner, which joins the process group with it.
+
+    ConfigError (one line) if memory or /dev/shm runs out."""
+    try:
+        traj = allocate_trajectories(cfg, spec)
+        weights = SharedWeights()
+        channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+    except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
+        raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "
+                          f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
+                          ) from None
+    # Lockstep (--deterministic): one batch of slots, so the worker waits for each update before collecting on.
+    free = cfg.trajectories_per_batch if cfg.deterministic else circulating_slots(cfg)
+    channels.free.put_many(list(range(free)))
+    processes = [ProcessSpec("learner", "asyncrl.runtime.roles.learner", "run_learner",
+                             (cfg, spec, traj, weights, channels, ranks))]
+    processes += [ProcessSpec(f"policy-{i}", "asyncrl.runtime.roles.policy_worker", "run_policy_worker",
+                              (i, cfg, spec, traj, weights, channels)) for i in range(cfg.policy_workers)]
+    processes += [ProcessSpec(f"rollout-{i}", "asyncrl.runtime.roles.rollout_worker", "run_rollout_worker",
+                              (i, cfg, traj, channels)) for i in range(cfg.workers)]
+    return RunWiring(traj, weights, channels, processes)

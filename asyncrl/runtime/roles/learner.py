@@ -1,0 +1,312 @@
+"""Learner process: feeds full trajectory slots to the learner that `--algo` names and publishes its policy.
+
+Process loop: take `trajectories_per_batch` full slot indices, copy the slots out of shared memory (then
+hand the slots straight back to the rollout workers), `train` on them, then publish the learner's
+`policy_module()` as its new policy version; also checkpoints, resume and the stop on non-finite updates.
+What an update does is the learner's own business (`asyncrl.agents`); this file is only process plumbing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from asyncrl.agents.base import Learner
+from asyncrl.agents.batch import Batch, gather_batch
+from asyncrl.agents.registry import make_learner
+from asyncrl.config import Config
+from asyncrl.envs.base import EnvSpec
+from asyncrl.models.actor_critic import flat_state
+from asyncrl.models.obs import obs_tensors
+from asyncrl.runtime.distributed.group import Group, join_group
+from asyncrl.runtime.distributed.rank import DataParallel
+from asyncrl.runtime.host.cpus import default_learner_threads
+from asyncrl.runtime.host.devices import configure_cuda_backends, resolve_device
+from asyncrl.runtime.host.seeding import make_deterministic, seed_learner, write_initial_weights_checksum
+from asyncrl.runtime.plumbing.channels import Channels, Empty, Full, report
+from asyncrl.runtime.roles.process import init_child
+from asyncrl.runtime.store.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
+from asyncrl.shm import SharedArrays, SharedWeights
+
+NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradient before the run stops
+
+
+class WeightsPublisher:
+    """Flattens the model's float tensors into the shared weights buffer after every optimizer step."""
+
+    def __init__(self, model: torch.nn.Module, weights: SharedWeights):
+        self.tensors = flat_state(model)
+        numel = sum(t.numel() for t in self.tensors)
+        self.weights = weights
+        self.shared = weights.allocate(numel)
+        self.staging = torch.empty(numel, dtype=torch.float32)
+
+    def publish(self, version: int) -> None:
+        offset = 0
+        with torch.no_grad():
+            for t in self.tensors:
+                self.staging[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += t.numel()
+        self.weights.publish(self.staging.numpy(), version)
+
+
+def learner_threads(cfg: Config, device: torch.device) -> int:
+    """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.host.cpus`)."""
+    if cfg.deterministic:
+        return 1
+    if cfg.learner_threads:
+        return cfg.learner_threads
+    return default_learner_threads(device.type, cfg.policy_workers)
+
+
+def read_resume_state(run_dir: str, warn) -> tuple[str, dict]:
+    """(path, state) of the newest good checkpoint, loaded on the CPU whatever the learner's device.
+
+    `load_state_dict` then places each tensor: weights and Adam's moments on the parameters' device, Adam's
+    `step` counters on the CPU (where a non-capturable Adam keeps them), and the RNG states stay the CPU byte
+    tensors `torch.set_rng_state` takes. Mapping the checkpoint onto a GPU would move all of them there.
+    """
+    return load_latest_checkpoint(run_dir, map_location="cpu", set_aside=True, warn=warn)
+
+
+def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights, channels: Channels,
+                ranks: DataParallel | None = None) -> None:
+    """The learner process: build the learner (resumed, and under torchrun joined to the other ranks' learners),
+    publish its first weights, then train on every batch until the runner's stop command."""
+    init_child("asyncrl-learner")
+    device = _set_up_torch(cfg)
+    learner = make_learner(cfg, spec, device)
+    start = _resume(cfg, learner, channels)
+    if start is None:
+        return  # reported as fatal; the runner has stopped the run
+    env_steps, run_state = start
+    group = _join(ranks, learner, channels)
+    publisher = _publish_first(cfg, learner, weights)
+    report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
+                                  "stats": list(learner.stat_names)})
+    beat = channels.live["beat_learner"]
+    learner.heartbeat = lambda: beat.__setitem__(0, time.monotonic())  # long train() calls show progress inside
+    save = _checkpointer(cfg, learner, publisher, channels)
+    if group is not None:
+        save = group.wrap_save(save)  # only rank 0 saves, with the group's totals
+    LearnerLoop(cfg, spec, traj, device, learner, publisher, channels, group, save, env_steps).run()
+
+
+def _set_up_torch(cfg: Config) -> torch.device:
+    """This process's device, threads, determinism, CUDA backends and seeds (initial weights and minibatch
+    order; a resume restores the saved generators)."""
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(learner_threads(cfg, device))
+    if cfg.deterministic:
+        make_deterministic()
+    configure_cuda_backends(device, cfg.deterministic)
+    seed_learner(cfg.seed)
+    return device
+
+
+def _resume(cfg: Config, learner: Learner, channels: Channels) -> tuple[int, dict] | None:
+    """With --resume, load the newest good checkpoint into `learner`. The env steps and the runner's counters
+    (elapsed time, episodes, restarts) it kept, or (0, {}) for a fresh start; None after a fatal report."""
+    if not cfg.resume:
+        return 0, {}
+    try:
+        path, state = read_resume_state(cfg.run_dir, lambda msg: report(channels, "warning", 0, {"message": msg}))
+    except CheckpointError as exc:
+        return _fatal(channels, {"message": str(exc), "hint": False})
+    try:
+        learner.load_state_dict(state["learner"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return _fatal(channels, {"message": f"checkpoint {path} does not fit this model ({reason}); resume "
+                                            f"with the settings it was trained with or start a new --experiment",
+                                 "hint": False})
+    report(channels, "info", 0, {"message": f"resumed from {path}"})
+    return int(state["env_steps"]), dict(state.get("run", {}))
+
+
+def _join(ranks: DataParallel | None, learner: Learner, channels: Channels) -> Group | None:
+    """Under torchrun: join the other ranks' learners, take rank 0's state, and hook the learner's gradient
+    averaging and update count into the group. None (the learner's own no-op hooks stay) otherwise."""
+    if ranks is None:
+        return None
+    group = join_group(ranks, learner, channels)
+    learner.sync_gradients = group.average_gradients
+    learner.agree_updates = group.min_int  # off-policy learners: the same update count on every rank
+    return group
+
+
+def _publish_first(cfg: Config, learner: Learner, weights: SharedWeights) -> WeightsPublisher:
+    """Publish the starting weights as version 1 or later (and record their checksum on a fresh start)."""
+    publisher = WeightsPublisher(learner.policy_module(), weights)
+    learner.version = max(learner.version, 1)
+    publisher.publish(learner.version)
+    if not cfg.resume:
+        try:
+            write_initial_weights_checksum(cfg.run_dir, publisher.staging.numpy())
+        except OSError:
+            pass  # only a record for comparing runs; the run itself does not need it
+    return publisher
+
+
+def _checkpointer(cfg: Config, learner: Learner, publisher: WeightsPublisher,
+                  channels: Channels) -> Callable[[int, dict], None]:
+    """`save(env_steps, run_state)`: a checkpoint of the learner, unless its weights are not finite; a failed
+    write is reported and training goes on."""
+
+    def save(steps: int, run: dict) -> None:
+        if not all(torch.isfinite(t).all() for t in publisher.tensors):
+            report(channels, "warning", 0, {"message": "not saving a checkpoint: the weights are not finite"})
+            return
+        try:
+            path = save_checkpoint(cfg.run_dir, learner.version, {
+                "learner": learner.state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
+                "run": run}, cfg.keep_checkpoints)
+        except OSError as exc:  # full disk, unwritable dir: training goes on, the older checkpoints stay
+            report(channels, "save_failed", 0, {"message": f"could not save a checkpoint in {cfg.run_dir}/"
+                                                           f"checkpoints: {exc.strerror or exc}"})
+            return
+        report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
+
+    return save
+
+
+class LearnerLoop:
+    """The learner's main loop: serve the runner's commands, gather `trajectories_per_batch` full slots, train on
+    them and publish, until the stop command (or the stop on non-finite updates)."""
+
+    def __init__(self, cfg: Config, spec: EnvSpec, traj: SharedArrays, device: torch.device, learner: Learner,
+                 publisher: WeightsPublisher, channels: Channels, group: Group | None,
+                 save: Callable[[int, dict], None], env_steps: int):
+        self.cfg, self.spec, self.traj, self.device, self.learner = cfg, spec, traj, device, learner
+        self.publisher, self.channels, self.group, self.save = publisher, channels, group, save
+        self.beat = channels.live["beat_learner"]
+        self.env_steps = env_steps  # the runner's count, from its commands
+        self.collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
+        self.pending: list[int] = []
+        self.t_wait, self.fed = 0.0, False
+
+    def run(self) -> None:
+        while True:
+            self.beat[0] = time.monotonic()
+            if self._serve_command():
+                return
+            if self.channels.stopping:
+                continue  # the runner's stop command (with the final env-step count) follows
+            if not self._collect():
+                continue
+            if not self.cfg.train:
+                self._recycle_untrained()
+                continue
+            batch = self._update()
+            if self.learner.nonfinite_streak >= NONFINITE_LIMIT:
+                _stop_nonfinite(self.channels, self.learner, batch)
+                return _final_save(self.channels, self.save)
+
+    def _serve_command(self) -> bool:
+        """A save or stop command from the runner (both checkpoint); True for stop."""
+        command = _next_command(self.channels)
+        if command is None:
+            return False
+        name, steps, *extra = command
+        self.env_steps = max(self.env_steps, steps)
+        self.save(self.env_steps, extra[0] if extra else {})
+        return name == "stop"
+
+    def _collect(self) -> bool:
+        """Take full slots off the queue for a short while; True once a whole batch is pending."""
+        k = self.cfg.trajectories_per_batch
+        t0 = time.monotonic()
+        try:
+            self.pending.extend(self.channels.full.get_many(timeout=0.05, max_messages_to_get=k - len(self.pending)))
+        except Empty:
+            self.t_wait += (time.monotonic() - t0) if self.fed else 0.0  # before the first trajectory: start-up
+            return False
+        self.t_wait += (time.monotonic() - t0) if self.fed else 0.0
+        self.fed = True
+        return len(self.pending) >= k
+
+    def _recycle_untrained(self) -> None:
+        """Sampling-only run: hand the trajectories back untouched."""
+        cfg = self.cfg
+        self.channels.free.put_many(self.pending)
+        report(self.channels, "learner", 0, {"samples": len(self.pending) * cfg.rollout * cfg.envs_per_split,
+                                             "t_wait": self.t_wait, "t_copy": 0.0, "t_train": 0.0})
+        self.pending, self.t_wait = [], 0.0
+
+    def _update(self) -> Batch:
+        """Copy the pending slots out, train on them, agree with the other ranks, publish and report."""
+        cfg, learner, channels = self.cfg, self.learner, self.channels
+        t1 = time.monotonic()
+        slots = np.asarray(self.pending, dtype=np.int64)
+        batch = gather_batch(self.traj, slots, learner.version, self.device)
+        if not cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
+            channels.free.put_many(self.pending)
+        t2 = time.monotonic()
+        frames = learner.samples_trained * self.spec.frameskip
+        stats = learner.train(batch, frames)
+        if self.group is not None:
+            self.group.agree(learner, stats, channels)  # torchrun: counters and stopping, before publishing
+        self.publisher.publish(learner.version)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t3 = time.monotonic()
+        stats.update(t_wait=self.t_wait, t_copy=t2 - t1, t_train=t3 - t2)
+        self.t_wait = 0.0
+        report(channels, "learner", 0, stats)
+        self.collected += batch.rewards.numel()
+        self._release_lockstep()
+        self.pending = []
+        return batch
+
+    def _release_lockstep(self) -> None:
+        """Lockstep (--deterministic): the next batch is collected by the version just published, and its rollout
+        reports reach the runner after this update's report. At --frames the slots are kept, so no update follows
+        the one the runner stops on and the final checkpoint is the same in every run."""
+        cfg = self.cfg
+        if cfg.deterministic and not (cfg.frames and self.collected * self.spec.frameskip >= cfg.frames):
+            self.channels.free.put_many(self.pending)
+
+
+def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
+    """Report the divergence as fatal. The skipped steps left the weights as they were, so the final save at the
+    runner's stop keeps them (`save` refuses non-finite weights)."""
+    bad = [n for n in ("rewards", "obs")
+           if not all(torch.isfinite(x.float()).all() for x in obs_tensors(getattr(batch, n)))]
+    cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
+    message = (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
+               f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "
+               f"--normalize-obs.")
+    _fatal(channels, {"message": message, "code": "nonfinite"})
+
+
+def _fatal(channels: Channels, payload: dict) -> None:
+    """Report a fatal error, then wait for the runner's stop: exiting at once could make the runner see a dead
+    learner ("exited unexpectedly") before it reads the message."""
+    try:
+        channels.reports.put(("fatal", 0, time.time(), payload), timeout=10)  # unlike report(): never dropped
+    except Full:
+        return  # the runner is not reading; it will find this process gone
+    while not channels.stopping:
+        time.sleep(0.05)
+
+
+def _final_save(channels: Channels, save, timeout: float = 5.0) -> None:
+    """After a fatal report: serve the runner's stop command (a final checkpoint if the weights are finite)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        command = _next_command(channels)
+        if command is not None and command[0] == "stop":
+            _, steps, *extra = command
+            save(steps, extra[0] if extra else {})
+            return
+        time.sleep(0.02)
+
+
+def _next_command(channels: Channels) -> tuple[str, int] | None:
+    try:
+        return channels.learner_cmds.get(block=False)
+    except Empty:
+        return None

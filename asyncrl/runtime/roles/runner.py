@@ -1,0 +1,456 @@
+"""Runner: the main process. Allocates shared memory (`wiring.py`), forks the workers, supervises them, aggregates their
+reports into metrics, schedules checkpoints and shuts everything down in order.
+
+Rollout workers are forked first, from a torch-free runner, which keeps them small and fast to start. The runner
+then imports torch once for the learner, policy workers and evaluator forked next, which share that import
+copy-on-write instead of each paying its seconds of CPU. The runner itself never runs a torch operation, so the
+forks stay safe (`launch.check_can_fork`).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from asyncrl.agents.registry import check_algo_env
+from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.aggregate import Totals
+from asyncrl.diagnostics.metrics import MetricsWriter
+from asyncrl.diagnostics.monitor import RunMonitor
+from asyncrl.diagnostics.progress import ProgressLine
+from asyncrl.diagnostics.wandb_logger import open_sinks
+from asyncrl.envs.base import EnvSpec
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.runtime.distributed.rank import DataParallel
+from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
+from asyncrl.runtime.plumbing.channels import Empty
+from asyncrl.runtime.plumbing.eval_schedule import FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.plumbing.liveness import write_training_info
+from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
+from asyncrl.runtime.plumbing.wiring import build_wiring
+from asyncrl.runtime.recovery.supervisor import (
+    RunError,
+    Supervisor,
+    clean_checkpoint_temps,
+    clean_stale_shm,
+)
+from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
+from asyncrl.runtime.store.checkpoint import list_checkpoints
+from asyncrl.runtime.store.run_meta import check_resume, write_meta
+from asyncrl.system import available_memory
+
+SHUTDOWN_TIMEOUT_S = 8.0
+
+
+def _child_main(module: str, function: str, *args) -> None:
+    """Fork target: import the component's module inside the child (so torch never loads in the runner)."""
+    ignore_group_signals()  # before the (slow) import: a group-wide SIGTERM must not kill a starting child
+    getattr(importlib.import_module(module), function)(*args)
+
+
+def _import_torch_once() -> None:
+    """Import torch here so the torch children forked next share it (imports nothing when already imported)."""
+    import torch  # noqa: F401
+
+
+__all__ = ["RunError", "Runner", "check_memory", "check_run_dir"]
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Refuse before anything is allocated: the user gets one line saying what to do."""
+    has_ckpt = bool(list_checkpoints(cfg.run_dir))
+    if cfg.resume and not has_ckpt:
+        raise ConfigError(f"--resume: no checkpoint to resume in {cfg.run_dir}; drop --resume to start afresh")
+    if not cfg.resume and os.path.exists(os.path.join(cfg.run_dir, "metrics.jsonl")):
+        raise ConfigError(f"experiment {cfg.run_dir} already exists; pass --resume to continue it "
+                          f"or --experiment NAME to start a new one")
+    try:
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        probe = os.path.join(cfg.run_dir, ".write_test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as exc:
+        raise ConfigError(f"cannot write to train dir {cfg.run_dir} ({exc.strerror}); "
+                          f"choose another with --train-dir") from None
+
+
+def check_memory(cfg: Config, spec: EnvSpec) -> None:
+    need = trajectory_bytes(cfg, spec)
+    available = available_memory()  # free RAM, or less under a container's memory limit
+    if need > 0.8 * available:
+        raise ConfigError(f"the trajectory buffers need {need / 2**30:.1f} GiB but only {available / 2**30:.1f} "
+                          f"GiB of RAM is free; lower --workers, --envs-per-worker, --rollout or --batch-size")
+
+
+class Runner:
+    def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (),
+                 ranks: DataParallel | None = None):
+        self.cfg = cfg
+        self.ranks = ranks  # under torchrun: this rank's place and state (asyncrl.runtime.distributed)
+        self.out = out
+        self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
+        self.shutting_down = False
+        self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
+        self.spec = make_env_spec(cfg)
+        self.stop_reason: str | None = None
+        self.t_signal: float | None = None  # time.monotonic() of the first stop signal
+        self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
+        self.totals = Totals()
+        self.procs: dict[str, mp.Process] = {}
+        self._spawn_args: dict[str, tuple] = {}
+        self.metrics_records = 0
+        self.last_report, self.interval_steps = time.monotonic(), 0  # when and at what count the last record was
+        self.last_printed = 0.0  # when the last progress line was printed
+        self.monitor = RunMonitor(cfg, self.spec, out)
+        self.progress = ProgressLine(cfg.frames, cfg.seconds)
+        self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
+
+    # ----- lifecycle -----
+    def run(self) -> int:
+        cfg, spec = self.cfg, self.spec
+        check_run_dir(cfg)
+        check_memory(cfg, spec)
+        check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
+        if cfg.resume:
+            check_resume(cfg, spec)  # another env or model shape: refused before anything starts
+        stale = clean_stale_shm()
+        if stale:
+            self.out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
+        clean_checkpoint_temps(cfg.run_dir)  # a save interrupted by a kill
+        with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+            f.write(cfg.to_json())
+        if not cfg.resume:
+            write_meta(cfg, spec)
+        self.wiring = build_wiring(cfg, spec, self.ranks)
+        self.traj, self.weights, self.channels = self.wiring.traj, self.wiring.weights, self.wiring.channels
+        ranks = self.ranks
+        hint = ranks.checkpoint_hint if ranks is not None and ranks.follower else None  # rank 0's checkpoints
+        self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out, checkpoint_hint=hint)
+        self.metrics = (ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
+                        else MetricsWriter(cfg.run_dir, open_sinks(cfg)))
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
+        self.t_start = self.t_launch = time.time()
+        code, write_error = 1, ""
+        run_error: RunError | None = None
+        try:
+            self.supervisor.start_repair()
+            self._start_processes()
+            self._wait_ready()
+            self._loop()
+            self.supervisor.check_learner()  # RunError if the learner died before the stop
+            code = 0
+        except RunError as exc:
+            run_error = exc
+            self.saved_before_stop = self.supervisor.last_saved
+        except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
+            write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
+        finally:
+            self._shutdown()
+            self.supervisor.stop_repair()
+            if run_error is None and self.late_callback_error is not None:
+                run_error, code = self.late_callback_error, 1
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            try:
+                self.metrics.close()
+            except OSError:
+                pass
+            self.wiring.close()
+        if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
+            code = run_error.exit_code
+            final = self.supervisor.last_saved
+            final = final if final is not self.saved_before_stop else None
+            hint = f" {self.supervisor.checkpoint_hint(final)}" if run_error.hint else ""
+            self.out(f"asyncrl: error: {run_error}{hint}", file=sys.stderr)
+        if write_error:  # reported after the shutdown, which may still have saved a checkpoint
+            self.out(f"asyncrl: error: {write_error} {self.supervisor.checkpoint_hint()}", file=sys.stderr)
+        elif code == 0 and self.supervisor.save_failed:
+            self.out(f"asyncrl: error: the final checkpoint was not saved ({self.supervisor.save_failed}). "
+                     f"{self.supervisor.checkpoint_hint()}", file=sys.stderr)
+            code = 1
+        if code == 0:
+            self._say_final_checkpoint()
+        return code
+
+    def _say_final_checkpoint(self) -> None:
+        saved = self.supervisor.last_saved
+        after = "" if self.t_signal is None else (
+            f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
+        if saved:
+            self.out(f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
+                     f"{saved['env_steps']:,} env steps){after}", flush=True)
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = signal.Signals(signum).name
+            self.t_signal = time.monotonic()
+
+    def _spawn(self, name: str, module: str, function: str, *args) -> None:
+        ctx = mp.get_context("fork")
+        proc = ctx.Process(target=_child_main, args=(module, function, *args), name=name, daemon=True)
+        self._spawn_args[name] = (module, function, *args)
+        self.supervisor.spawned(name)
+        mark_parent()
+        gc.freeze()  # the child's collector leaves the inherited objects alone, so their pages stay shared
+        try:
+            proc.start()
+        finally:
+            gc.unfreeze()
+        self.procs[name] = proc
+
+    def _respawn(self, name: str) -> None:
+        """Start a fresh process in a dead one's place (called by the supervisor)."""
+        self._spawn(name, *self._spawn_args[name])
+
+    def _run_state(self) -> dict:
+        """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
+        t = self.totals
+        return {"elapsed": time.time() - self.t_start, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
+                "episodes_truncated": t.episodes_truncated,
+                "returns": list(t.returns), "lengths": list(t.lengths), **self.supervisor.counters()}
+
+    def _restore(self, run: dict) -> None:
+        self.t_start -= float(run.get("elapsed", 0.0))
+        self.totals.episodes += int(run.get("episodes", 0))
+        self.totals.episodes_truncated += int(run.get("episodes_truncated", 0))
+        self.totals.dropped_stale += int(run.get("dropped_stale", 0))
+        self.totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
+        self.totals.lengths.extend(run.get("lengths", []))
+        self.supervisor.restore(run)
+
+    def _start_processes(self) -> None:
+        # Torch-free rollout workers first, then one torch import for the children that need it.
+        for proc in sorted(self.wiring.processes, key=lambda p: not p.name.startswith("rollout-")):
+            if not proc.name.startswith("rollout-"):
+                _import_torch_once()
+            self._spawn(proc.name, proc.module, proc.function, *proc.args)
+        if self.evaluation.enabled:  # its request block belongs to the runner's evaluation schedule
+            self._spawn("eval-0", "asyncrl.runtime.roles.evaluator", "run_evaluator",
+                        self.cfg, self.spec, self.weights, self.channels, self.evaluation.request)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and self.stop_reason is None:
+            self.supervisor.check()  # restarts dead workers; RunError if the run cannot go on
+            try:
+                kind, _, _, payload = self.channels.reports.get(timeout=0.1)
+            except Empty:
+                continue
+            if kind == "ready":
+                self.totals.env_steps += payload["env_steps"]
+                self.totals.policy_version = payload["version"]
+                self.totals.expect_learner_stats(payload.get("stats", ()))
+                self._restore(payload.get("run") or {})
+                return
+            self._handle(kind, payload)
+        if self.stop_reason is None:
+            raise RunError("the learner did not start within 300 s")
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        start_steps = self.totals.env_steps
+        last_ckpt = self.last_report = time.monotonic()
+        self.interval_steps = self.totals.env_steps
+        self.t_loop = time.monotonic()
+        first_frames = False
+        while self.stop_reason is None:
+            self._drain_reports()
+            if not first_frames and self.totals.env_steps > start_steps:
+                first_frames = True
+                self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
+            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version),
+                                  env_errors=(self.totals.env_steps, self.totals.env_errors))
+            now = time.monotonic()
+            if now - self.last_report >= cfg.report_interval and not cfg.deterministic:
+                self._report_interval(now)
+            if now - last_ckpt >= cfg.checkpoint_interval:
+                self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
+                last_ckpt = now
+            frames = self.totals.env_steps * self.spec.frameskip
+            self.evaluation.tick(frames)
+            if self._frames_done() and not cfg.deterministic:  # in lockstep, checked after each update
+                self.stop_reason = "frames"
+            elif cfg.seconds and now - self.t_loop >= cfg.seconds:
+                self.stop_reason = "seconds"
+            if self.ranks is not None:  # torchrun: the group's agreed stop
+                self.stop_reason = self.ranks.group_stop(self.stop_reason, self.totals)
+            time.sleep(0.05)
+        self._final_evaluation()
+        # A last record for the tail of the run, so the final totals (frames, episodes) are always in
+        # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
+        self._drain_reports()
+        # Under torchrun the group's final agreement may come after this rank's last steps: its record is due too.
+        tail_steps = self.totals.env_steps > self.interval_steps or self.ranks is not None
+        if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
+            self._report_interval(time.monotonic())
+        self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+
+    def _frames_done(self) -> bool:
+        return bool(self.cfg.frames) and self.totals.env_steps * self.spec.frameskip >= self.cfg.frames
+
+    def _report_interval(self, now: float) -> None:
+        self._report(max(now - self.last_report, 1e-6), self.totals.env_steps - self.interval_steps)
+        self.last_report, self.interval_steps = now, self.totals.env_steps
+
+    def _lockstep_update(self) -> None:
+        """--deterministic: one record per update, written when its report arrives. The rollout worker reported
+        the batch's steps and episodes before handing it over, and collects the next one only after this report
+        was sent, so every record covers exactly the same data in every run with the same seed."""
+        if self.stop_reason is not None:
+            return
+        self._report_interval(time.monotonic())
+        if self._frames_done():
+            self.stop_reason = "frames"
+
+    def _final_evaluation(self) -> None:
+        """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it."""
+        reason = self.stop_reason
+        if not self.evaluation.enabled or reason not in ("frames", "seconds"):
+            return
+        self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
+        self._restart_evaluator(nice=0)
+        self.evaluation.request_final(self.totals.env_steps * self.spec.frameskip)
+        self.out("final evaluation...", flush=True)
+        deadline = time.monotonic() + FINAL_TIMEOUT_S
+        while (not self.evaluation.final_done and self.stop_reason == reason and time.monotonic() < deadline
+               and self.procs["eval-0"].is_alive()):
+            self._drain_reports()
+            time.sleep(0.05)
+
+    def _restart_evaluator(self, nice: int) -> None:
+        """Replace the evaluator with one at `nice`. The periodic one runs at nice 19 so that it takes only idle
+        CPU; the final evaluation, with the samplers stopped, must not starve when other programs keep the
+        cores busy (measured: 49 s instead of 3 s with two busy loops), and a process cannot raise its own
+        priority. The old one leaves at the stop flag (an evaluation it was playing is superseded)."""
+        old = self.procs["eval-0"]
+        old.join(timeout=5.0)
+        if old.is_alive():
+            old.kill()
+            old.join()
+        module, function, *args = self._spawn_args["eval-0"]
+        self._spawn("eval-0", module, function, *args[:5], nice)
+
+    def _shutdown(self) -> None:
+        self.shutting_down = True
+        ch = self.channels
+        ch.request_stop()
+        learner = self.procs.get("learner")
+        if learner is not None and learner.is_alive():
+            ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state()))
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        for proc in self.procs.values():
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=2)
+        # The final save's report; a later fatal report (e.g. every rollout worker's envs broke) adds nothing.
+        self._drain_reports(skip_fatal=True)
+
+    # ----- statistics -----
+    def _drain_reports(self, skip_fatal: bool = False) -> None:
+        while True:
+            try:
+                messages = self.channels.reports.get_many(block=False, max_messages_to_get=1000)
+            except Empty:
+                return
+            for kind, _, _, payload in messages:
+                if not (skip_fatal and kind == "fatal"):
+                    self._handle(kind, payload)
+
+    def _handle(self, kind: str, payload: dict) -> None:
+        t = self.totals
+        if kind == "rollout":
+            t.add_rollout(payload)
+            self.monitor.sample_queues(self.channels)
+        elif kind == "policy":
+            t.add_policy(payload)
+        elif kind == "learner":
+            t.add_learner(payload)
+            if self.cfg.deterministic:
+                self._lockstep_update()
+        elif kind == "fatal":
+            record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
+                                               time.time() - self.t_start)
+            self.metrics.write(record, step=record["frames"])
+            raise RunError(payload["message"], hint=payload.get("hint", True), exit_code=payload.get("exit_code", 1))
+        elif kind in ("warning", "info"):
+            self.out(f"asyncrl: {payload['message']}")
+        elif kind == "eval":
+            self.evaluation.receive(payload)
+            self._notify("eval", {k: payload[k] for k in RESULT_KEYS if k in payload})
+        elif kind in ("env_error", "saved", "save_failed"):
+            self.supervisor.handle(kind, payload)
+            if kind == "saved":
+                self._notify("checkpoint", {k: payload[k] for k in ("path", "version", "env_steps")})
+
+    def _notify(self, event: str, record: dict) -> None:
+        """Pass an event to the user's callbacks; one returning False stops the run as a signal would."""
+        if not self.callbacks:
+            return
+        try:
+            go_on = self.callbacks(event, record)
+        except RunError as exc:
+            if not self.shutting_down:
+                raise
+            self.late_callback_error = self.late_callback_error or exc
+            return
+        if not go_on and self.stop_reason is None:
+            self.stop_reason = "callback"
+
+    def _report(self, dt: float, steps: int) -> None:
+        t, fs = self.totals, self.spec.frameskip
+        record: dict = {
+            "time": round(time.time() - self.t_start, 3),
+            "frames": t.env_steps * fs,
+            "env_steps": t.env_steps,
+            "fps": steps * fs / dt,
+            "sps": steps / dt,
+            "episodes": t.episodes,
+            "episodes_truncated": t.episodes_truncated,
+            "truncations_unbootstrapped": t.truncations_unbootstrapped,
+            "episode_return_mean": _mean_last(t.returns),
+            "episode_return_mean_20": _mean_last(t.returns, 20),
+            "episode_len_mean": _mean_last(t.lengths),
+            "policy_version": t.policy_version,
+            "dropped_stale": t.dropped_stale,
+            "learner_updates": len(t.learner),
+        }
+        record.update(t.learner_record())
+        record.update(t.info_record())
+        record.update(t.stage_fractions())
+        record.update(self.supervisor.counters())
+        record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
+        write_training_info(self.channels.live, record["frames"], t.env_steps, t.policy_version,
+                            record["episode_return_mean"])  # for curriculum envs (set_training_info)
+        t.learner = []
+        record.update(self.evaluation.pop_results())
+        self.metrics.write(record, step=record["frames"])
+        self._notify("metrics", record)
+        for video in self.evaluation.pop_videos():
+            self.metrics.write_video("eval_video", video["gif"], video["video"], step=record["frames"])
+        self.metrics_records += 1
+        now = time.monotonic()
+        quiet = now - self.last_printed < self.cfg.report_interval and not self._frames_done()
+        if self.cfg.deterministic and quiet:  # a record per update; a progress line per report interval
+            self.monitor.flush(verdict=False)
+            return
+        self.last_printed = now
+        self.out(self.progress.line(record, now - self.t_loop), flush=True)
+        self.monitor.flush()
+
+
+def _mean_last(values: deque, n: int | None = None) -> float | None:
+    """Mean of the newest `n` values (all kept when None; fewer while fewer exist); None when empty."""
+    if not values:
+        return None
+    last = list(values)[-n:] if n else values
+    return sum(last) / len(last)
