@@ -136,9 +136,11 @@ class Config:
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
     lr_scaling: str = field(default="none", metadata={
         "help": "none, sqrt or linear: use --lr x sqrt(k) or --lr x k as the learning rate, k = global batch "
-                "(--batch-size x ranks) / --lr-reference-batch"})
+                "(--batch-size x ranks) / --lr-reference-batch; given neither this nor --lr, APPO uses sqrt once "
+                "the global batch exceeds the preset's batch (docs/scaling.md)"})
     lr_reference_batch: int = field(default=1024, metadata={
-        "help": "the global batch at which --lr-scaling leaves --lr unchanged"})
+        "help": "the global batch at which --lr-scaling leaves --lr unchanged (the default sqrt rule, without "
+                "--lr-scaling, takes the preset's batch unless this is given)"})
     lr_base: float = field(default=0.0, metadata={
         "help": "with --lr-scaling: the rate it scales, recorded in config.json so --resume does not scale twice "
                 "(0: --lr; a given --lr resets it)", "cli": False})

@@ -150,12 +150,10 @@ def validate(cfg: Config) -> None:
 
 
 def scaling_lines(cfg: Config) -> list[str]:
-    """With --scale or --lr-scaling: the env count the machine hosts (when short of the preset's) and the
-    effective batch, global batch and learning rate with the rule that produced it."""
+    """At every start: the effective batch, global batch and learning rate with the rule that produced it (one
+    line), after the env count the machine hosts when --scale asked for more."""
     from asyncrl.scaling import scale_note, scaling_line, world_size
 
-    if not cfg.scale and cfg.lr_scaling == "none":
-        return []
     world = world_size()
     note = scale_note(cfg.scale, cfg.workers, cfg.envs_per_worker, world)
     line = scaling_line(envs=cfg.workers * cfg.envs_per_worker * world, rollout=cfg.rollout, epochs=cfg.epochs,

@@ -19,6 +19,7 @@ from typing import Any
 from asyncrl.config import (
     ALGOS,
     LOCKSTEP_ONES,
+    PPO_ONLY,
     REPLAY_ONLY,
     Config,
     ConfigError,
@@ -141,10 +142,12 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
         check_experiment_name(explicit["experiment"])
     args = {**dataclasses.asdict(Config()), **explicit}
     saved = read_saved_config(args) if args["resume"] else None
+    preset: dict[str, Any] = {}
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
-        base = {**args, **preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"])}
+        preset = preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"])
+        base = {**args, **preset}
     scale = explicit.get("scale", base.get("scale", ""))
     if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
         base.update(scaled(scale, {**base, **explicit}, explicit))
@@ -152,9 +155,36 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
     if "lr" in explicit and "lr_base" not in explicit:
         merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
+    if saved is None:  # a resumed run's config.json holds the rule it resolved
+        merged.update(default_lr_rule(merged, explicit, preset))
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     return Config(**merged).resolve()
+
+
+def default_lr_rule(settings: dict[str, Any], explicit: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
+    """The sqrt rule when neither --lr-scaling nor --lr is given and the global batch (--batch-size x ranks)
+    exceeds the reference batch: {"lr_scaling": "sqrt", "lr_reference_batch": reference}; else nothing.
+
+    The reference is the batch the base rate was set for: a given --lr-reference-batch, else the --scale row's
+    envs x rollout, else the env family's preset batch (the Config default where the preset has none). APPO
+    only: the replay learners' --batch-size is the env steps a train call inserts, not a gradient batch.
+    A single rank on its preset's batch is at the reference, so its settings are left as they are.
+    """
+    from asyncrl.scaling import SCALES, world_size
+
+    if "lr_scaling" in explicit or "lr" in explicit or settings["algo"] not in PPO_ONLY:
+        return {}
+    if "lr_reference_batch" in explicit:
+        reference = int(explicit["lr_reference_batch"])
+    elif settings.get("scale") in SCALES:
+        row = SCALES[settings["scale"]]
+        reference = row["envs"] * row["rollout"]
+    else:
+        reference = int(preset.get("batch_size", Config().batch_size))
+    if reference < 1 or settings["batch_size"] * world_size() <= reference:
+        return {}
+    return {"lr_scaling": "sqrt", "lr_reference_batch": reference}
 
 
 def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:

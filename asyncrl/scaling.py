@@ -7,7 +7,8 @@ et al. 2018, IMPALA, remark 1). One batch is one rollout of every env, as in PPO
 
 `--lr-scaling` multiplies the base learning rate by k (linear; Goyal et al. 2017) or sqrt(k) (Krizhevsky 2014;
 Hoffer et al. 2017), where k = global batch / `--lr-reference-batch`: a batch k times larger has 1/k of the
-gradient variance. Torch-free: the config imports it.
+gradient variance. Neither `--lr-scaling` nor `--lr` given, APPO takes the sqrt rule once the global batch
+exceeds the batch its base rate was set for (`asyncrl.resolve.default_lr_rule`). Torch-free: the config imports it.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def lr_factor(rule: str, global_batch: int, reference: int) -> float:
 def scaling_line(*, envs: int, rollout: int, epochs: int, batch_size: int, world: int, rule: str, reference: int,
                  lr_base: float, lr: float) -> str:
     """The line printed at start, e.g. `scaling: 64 envs x 128 steps x 4 epochs = B_eff 32,768; global batch
-    8,192 = 8x the reference 1,024 -> lr 3e-4 x sqrt(8) = 8.5e-4`."""
+    8,192 = 8x the reference 1,024 -> lr 3e-4 x sqrt(8) = 8.5e-4 (--lr-scaling sqrt)`."""
     global_batch = batch_size * world
     ranks = f" ({world} ranks x {batch_size:,})" if world > 1 else ""
     head = (f"scaling: {envs:,} envs x {rollout} steps x {epochs} epochs = B_eff {envs * rollout * epochs:,}; "
@@ -105,7 +106,8 @@ def scaling_line(*, envs: int, rollout: int, epochs: int, batch_size: int, world
         return f"{head} -> lr {_g(lr)} (--lr-scaling none)"
     k = global_batch / reference
     factor = f"sqrt({_g(k)})" if rule == "sqrt" else _g(k)
-    return f"{head} = {_g(k)}x the reference {reference:,} -> lr {_g(lr_base)} x {factor} = {_g(lr)}"
+    return (f"{head} = {_g(k)}x the reference {reference:,} -> lr {_g(lr_base)} x {factor} = {_g(lr)} "
+            f"(--lr-scaling {rule})")
 
 
 def _g(x: float) -> str:

@@ -220,7 +220,8 @@ def test_import_stays_light_and_an_unsafe_fork_is_refused(trained: TrainedRun) -
     proc = subprocess.run([sys.executable, "-c", code, str(trained.train_dir)], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if not line.startswith("asyncrl: ")]  # not the run's header
+    lines = [line for line in proc.stdout.splitlines()
+             if not line.startswith(("asyncrl: ", "scaling: "))]  # not the run's header lines
     assert len(lines) == 2 and "already exists; pass --resume" in lines[0], proc.stdout
     assert "torch has started its CPU thread pool" in lines[1]
     assert not (trained.train_dir / "never").exists()

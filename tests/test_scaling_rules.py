@@ -73,12 +73,62 @@ def test_lr_scaling_rules_and_the_printed_line() -> None:
     assert cfg.lr_base == 3e-4 and cfg.lr == pytest.approx(3e-4 * math.sqrt(8))
     lines = scaling_lines(cfg)
     assert lines[-1] == ("scaling: 64 envs x 128 steps x 4 epochs = B_eff 32,768; global batch 8,192 = 8x the "
-                         "reference 1,024 -> lr 3e-4 x sqrt(8) = 8.5e-4")
+                         "reference 1,024 -> lr 3e-4 x sqrt(8) = 8.5e-4 (--lr-scaling sqrt)")
     linear = parse("--lr-scaling", "linear", "--batch-size", "2048", "--lr", "0.0001")
     assert linear.lr == pytest.approx(2e-4) and linear.lr_base == 1e-4
     half = parse("--lr-scaling", "sqrt", "--lr-reference-batch", "1024")  # the vector preset's batch is 256
     assert half.lr == pytest.approx(1e-3 * 0.5)
-    assert parse("--scale", "small").lr == 3e-4 and scaling_lines(parse()) == []
+    assert parse("--scale", "small").lr == 3e-4
+    # printed at every start, the rule included (here none: one rank on the preset's batch)
+    assert scaling_lines(parse()) == ["scaling: 16 envs x 16 steps x 8 epochs = B_eff 2,048; global batch 256 -> "
+                                      "lr 1e-3 (--lr-scaling none)"]
+
+
+def torchrun(monkeypatch: pytest.MonkeyPatch, ranks: int) -> None:
+    """This process as rank 0 of `ranks` (no torchrun variables for 1)."""
+    for name, value in TORCHRUN_2.items():
+        if ranks > 1:
+            monkeypatch.setenv(name, str(ranks) if name == "WORLD_SIZE" else value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+
+
+def rule(cfg: Config) -> tuple[str, int, float, float]:
+    return cfg.lr_scaling, cfg.lr_reference_batch, cfg.lr_base, cfg.lr
+
+
+def test_sqrt_is_the_default_once_the_global_batch_exceeds_the_presets(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrun(monkeypatch, 1)  # one rank on the preset's batch: the settings as they were
+    assert rule(parse()) == ("none", 1024, 0.0, 1e-3)
+    assert json.loads(parse().to_json())["lr"] == 1e-3
+    assert rule(parse_command_line(["--env", "atari_pong"]).config) == ("none", 1024, 0.0, 2.5e-4)
+    assert rule(parse("--scale", "small")) == ("none", 1024, 0.0, 3e-4)  # the row's batch is its reference
+    assert rule(parse("--batch-size", "512")) == ("sqrt", 256, 1e-3, pytest.approx(1e-3 * math.sqrt(2)))
+
+    torchrun(monkeypatch, 2)  # 2 ranks x the vector preset's 256 = 2 x its batch
+    cfg = parse()
+    assert rule(cfg) == ("sqrt", 256, 1e-3, pytest.approx(1e-3 * math.sqrt(2)))
+    assert scaling_lines(cfg) == ["scaling: 32 envs x 16 steps x 8 epochs = B_eff 4,096; global batch 512 (2 ranks "
+                                  "x 256) = 2x the reference 256 -> lr 1e-3 x sqrt(2) = 1.41e-3 (--lr-scaling sqrt)"]
+    resumed = Config(**json.loads(cfg.to_json())).resolve()  # as config.json is read back: not scaled twice
+    assert rule(resumed) == rule(cfg)
+    atari = parse_command_line(["--env", "atari_pong"]).config  # the Config default batch, 1024
+    assert rule(atari) == ("sqrt", 1024, 2.5e-4, pytest.approx(2.5e-4 * math.sqrt(2)))
+    assert rule(parse("--batch-size", "128")) == ("none", 1024, 0.0, 1e-3)  # 256 in all: not over the reference
+    assert rule(parse("--scale", "small")) == ("none", 1024, 0.0, 3e-4)  # each rank hosts half the row's envs
+    assert rule(parse("--lr-reference-batch", "128")) == ("sqrt", 128, 1e-3, pytest.approx(2e-3))
+
+    # a given rule or rate wins over the default
+    assert rule(parse("--lr-scaling", "none")) == ("none", 1024, 0.0, 1e-3)
+    assert rule(parse("--lr", "0.001")) == ("none", 1024, 0.0, 1e-3)
+    assert rule(parse("--lr-scaling", "linear")) == ("linear", 1024, 1e-3, pytest.approx(5e-4))  # vs 1,024
+    assert rule(parse("--lr-scaling", "sqrt", "--lr", "0.002", "--lr-reference-batch", "256")) == (
+        "sqrt", 256, 2e-3, pytest.approx(2e-3 * math.sqrt(2)))
+    sac = parse_command_line(["--env", "Pendulum-v1", "--algo", "sac"]).config  # replay: not a gradient batch
+    assert rule(sac) == ("none", 1024, 0.0, 3e-4)
+
+    torchrun(monkeypatch, 4)
+    assert rule(parse()) == ("sqrt", 256, 1e-3, pytest.approx(2e-3))  # sqrt(4 x 256 / 256)
 
 
 def test_lr_scaling_uses_the_global_batch_under_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,7 +154,7 @@ def test_resume_does_not_scale_twice(tmp_path: Path) -> None:
     first = run_cli([*common, "--frames", "400"], tmp_path, timeout=180)
     assert first.returncode == 0, first.stderr
     assert ("scaling: 2 envs x 8 steps x 1 epochs = B_eff 16; global batch 64 = 4x the reference 16 -> "
-            "lr 1e-4 x 4 = 4e-4") in first.stdout
+            "lr 1e-4 x 4 = 4e-4 (--lr-scaling linear)") in first.stdout
     saved = json.loads((tmp_path / "s" / "config.json").read_text())
     assert saved["lr"] == pytest.approx(4e-4) and saved["lr_base"] == 1e-4
 

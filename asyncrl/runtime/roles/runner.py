@@ -444,7 +444,8 @@ class Runner:
             self.monitor.flush(verdict=False)
             return
         self.last_printed = now
-        self.out(self.progress.line(record, now - self.t_loop), flush=True)
+        if self.ranks is None or not self.ranks.follower:  # rank 0's line counts the group; a follower's warns only
+            self.out(self.progress.line(record, now - self.t_loop), flush=True)
         self.monitor.flush()
 
 
