@@ -175,6 +175,15 @@ class Config:
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
         "help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    # --- model: encoder and recurrent core (docs/models.md) ---
+    encoder: str = field(default="auto", metadata={"algos": PPO_ONLY,
+        "help": "auto (the Nature CNN for images, an MLP for vectors), nature, impala (the IMPALA ResNet), mlp, or "
+                "module:callable, a factory(obs_shape, hidden_size) returning a torch.nn.Module"})
+    rnn: str = field(default="none", metadata={"algos": PPO_ONLY,
+        "help": "recurrent core between the encoder and the heads: none, gru or lstm (the learner backpropagates "
+                "through each whole --rollout)"})
+    rnn_size: int = field(default=512, metadata={"algos": PPO_ONLY, "help": "units per layer of the --rnn core"})
+    rnn_layers: int = field(default=1, metadata={"algos": PPO_ONLY, "help": "layers of the --rnn core"})
     # --- off-policy learners (--algo sac, td3, redq; asyncrl/agents/off_policy/learner.py) ---
     replay_size: int = field(default=1_000_000, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: replay buffer capacity in transitions (checked against free RAM at start)"})
@@ -299,7 +308,7 @@ class Config:
                     raise ConfigError(f"--deterministic runs one rollout worker, split and policy worker; drop "
                                       f"--{name.replace('_', '-')} {getattr(self, name)}")
         for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
-                     "minibatches", "env_threads", "keep_checkpoints"):
+                     "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         for name in ("frames", "seconds", "learner_threads", "max_policy_lag"):

@@ -8,6 +8,10 @@ normaliser when the run used one (clipped to +-5), uint8 frames scaled to [0, 1]
 and REDQ (`asyncrl.agents.off_policy.learner.OffPolicyHead`) it maps them to the greedy action within the action
 bounds. It always computes in float32.
 
+A policy trained with --rnn is exported with its recurrent state as inputs and outputs: `(obs, h) -> (out, h)`
+for a GRU, `(obs, h, c) -> (out, h, c)` for an LSTM (each state [N, rnn_layers, rnn_size], zeros at an episode's
+start); ONNX names the outputs `<output>`, `h_next` (and `c_next`).
+
 Beside the exported file go `<stem>.json` (observation shape and dtype, preprocessing, action space, what the
 outputs mean) and `<stem>.safetensors` (the exported module's weights and normaliser statistics).
 """
@@ -35,7 +39,8 @@ class ExportError(ValueError):
     """A run that cannot be exported; reported as one line with exit code 2."""
 
 
-ExportedPolicy = PolicyHead  # APPO's exported module: raw observations -> logits or action means
+ExportedPolicy = PolicyHead  # APPO's exported module: raw observations -> logits or action means (with --rnn:
+# RecurrentPolicyHead, (obs, *state) -> (logits or means, *next state))
 
 
 def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
@@ -73,11 +78,17 @@ def describe(run: LoadedRun, exported: dict[str, str]) -> dict[str, Any]:
         inputs = {"name": "obs", "shape": ["N", *spec.obs_shape], "dtype": np.dtype(spec.obs_dtype).name,
                   "meaning": "raw observations as the env returns them" + (
                       " (stacked grayscale frames, channels first)" if image else "")}
-    return {
+    described = {
         "env": spec.name, "algo": run.config.get("algo", "appo"), "checkpoint": run.checkpoint,
         "policy_version": run.version, "input": inputs,
         "preprocessing": head["preprocessing"], "action_space": action, "output": head["output"], "files": exported,
     }
+    if head.get("state"):  # a recurrent policy: the state entries follow the observation in and the output out
+        described["state"] = head["state"]
+        described["call"] = ("(obs, " + ", ".join(e["name"] for e in head["state"]) + ") -> (" +
+                             ", ".join([head["output"]["name"], *(e["name"] + "_next" for e in head["state"])]) +
+                             "); ONNX names the outputs so; start every episode from zeros")
+    return described
 
 
 def _finite_list(values: Any) -> list[float | None]:
@@ -96,23 +107,27 @@ def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[
         raise ExportError(str(exc)) from None
     policy = run.head
     spec = run.spec
-    if policy.state_layout():  # the exported graph is the policy output of an actor without state
-        raise ExportError(f"the policy of {run_dir} carries a recurrent state, which the export does not take")
     example: Any = ({k.key: torch.from_numpy(np.zeros((2, *k.shape), dtype=k.dtype)) for k in spec.obs_keys}
                     if spec.is_dict else torch.from_numpy(np.zeros((2, *spec.obs_shape), dtype=spec.obs_dtype)))
+    # A recurrent policy (--rnn) takes the state before the step after the observation and returns the state after
+    # it after the policy output: forward(obs, *state) -> (output, *next state), in the core's order (h; h, c).
+    state_keys = list(getattr(policy, "state_keys", ())) if policy.state_layout() else []
+    state = [v for k, v in policy.initial_state(2).items() if k in state_keys]
     stem = os.path.splitext(out)[0]
     paths = {fmt: out, "json": stem + ".json", "safetensors": stem + ".safetensors"}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    outputs = [policy.output_name, *(f"{k}_next" for k in state_keys)]
     with torch.no_grad():
         if fmt == "torchscript":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated, still loadable
-                torch.jit.save(torch.jit.trace(policy, example), out)
-        elif spec.is_dict:  # one named input per key, in the space's order
-            _export_onnx(PositionalObs(policy, list(example)), tuple(example.values()), out, policy.output_name,
-                         list(example))
+                torch.jit.save(torch.jit.trace(policy, (example, *state) if state else example), out)
+        elif spec.is_dict or state:  # one named input per key (in the space's order), then the state's
+            keys = list(example) if spec.is_dict else None
+            inputs = (*(example.values() if spec.is_dict else (example,)), *state)
+            _export_onnx(Positional(policy, keys), inputs, out, outputs, [*(keys or ["obs"]), *state_keys])
         else:
-            _export_onnx(policy, (example,), out, policy.output_name)
+            _export_onnx(policy, (example,), out, outputs)
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, paths["safetensors"],
@@ -136,18 +151,23 @@ def _previous_files(json_path: str, checkpoint: str) -> dict[str, str]:
     return {k: v for k, v in previous["files"].items() if os.path.exists(os.path.join(stem_dir, v))}
 
 
-class PositionalObs(nn.Module):
-    """A Dict-observation policy taking one tensor per key, positionally (ONNX inputs cannot be a dict)."""
+class Positional(nn.Module):
+    """A policy taking all its inputs positionally (ONNX inputs cannot be a dict): a Dict observation's keys one
+    tensor each (`keys`; None: one observation tensor), then the recurrent state's entries, if any."""
 
-    def __init__(self, policy: nn.Module, keys: list[str]):
+    def __init__(self, policy: nn.Module, keys: list[str] | None):
         super().__init__()
         self.policy, self.keys = policy, keys
 
-    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
-        return self.policy(dict(zip(self.keys, obs, strict=True)))
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        if self.keys is None:
+            return self.policy(inputs[0], *inputs[1:])
+        n = len(self.keys)
+        return self.policy(dict(zip(self.keys, inputs[:n], strict=True)), *inputs[n:])
 
 
-def _export_onnx(policy: nn.Module, example: tuple[torch.Tensor, ...], out: str, output_name: str,
+
+def _export_onnx(policy: nn.Module, example: tuple[torch.Tensor, ...], out: str, output_names: list[str],
                  input_names: list[str] | None = None) -> None:
     """torch.export-based ONNX export with a dynamic batch dimension, written as one self-contained file."""
     import contextlib
@@ -160,7 +180,7 @@ def _export_onnx(policy: nn.Module, example: tuple[torch.Tensor, ...], out: str,
             warnings.simplefilter("ignore")  # the exporter's progress chatter and deprecation notes
             batch = torch.export.Dim("N")
             program = torch.onnx.export(policy, example, input_names=input_names or ["obs"],
-                                        output_names=[output_name],
+                                        output_names=output_names,
                                         dynamic_shapes=_dynamic_batch(example, batch, input_names is not None),
                                         opset_version=ONNX_OPSET,
                                         dynamo=True, verbose=False)

@@ -20,6 +20,7 @@ from typing import Any
 from asyncrl.agents.registry import check_algo
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.registry import check_env_options
+from asyncrl.models.registry import check_model, check_model_env
 from asyncrl.resolve import resume_changes
 from asyncrl.runtime.distributed.rank import for_this_rank
 
@@ -134,6 +135,7 @@ def run(cfg: Config, out: Callable[..., None] = print,
 
     runner = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
     check_env_left_cuda_alone(cfg.env)
+    check_model_env(cfg, runner.spec)  # --encoder fits the env (a user's module: built in a forked child)
     for line in scaling_lines(cfg):
         out(line, flush=True)
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
@@ -143,10 +145,11 @@ def run(cfg: Config, out: Callable[..., None] = print,
 
 def validate(cfg: Config) -> None:
     """Every check of the settings that needs nothing started: the config's own, that the env's backend takes
-    the env options given, and that `--algo` is a learner."""
+    the env options given, that `--algo` is a learner, and that `--rnn` and `--encoder` name a model part."""
     cfg.validate()
     check_env_options(cfg)
     check_algo(cfg.algo)
+    check_model(cfg)
 
 
 def scaling_lines(cfg: Config) -> list[str]:

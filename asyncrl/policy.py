@@ -27,8 +27,8 @@ from asyncrl.envs.base import EnvSpec
 if TYPE_CHECKING:
     from asyncrl.agents.base import ActingHead
 
-__all__ = ["NORM_EPS", "OBS_CLIP", "LoadedRun", "Policy", "PolicyHead", "PolicyLoadError", "load_policy",
-           "load_run_policy", "module_device", "read_checkpoint", "restore_policy"]
+__all__ = ["NORM_EPS", "OBS_CLIP", "LoadedRun", "Policy", "PolicyHead", "PolicyLoadError", "RecurrentPolicy",
+           "load_policy", "load_run_policy", "module_device", "read_checkpoint", "restore_policy"]
 
 
 class PolicyLoadError(ValueError):
@@ -149,23 +149,32 @@ class Policy(nn.Module):
         Gaussian means (APPO), the greedy action (SAC, TD3, REDQ)."""
         return self.head(obs)
 
+    recurrent = False  # a feed-forward policy: `policy(obs)`; see `RecurrentPolicy` for a run trained with --rnn
+
     @torch.no_grad()
     def forward(self, obs: np.ndarray | torch.Tensor | dict, sample: bool | None = None) -> np.ndarray | torch.Tensor:
-        if self.spec.is_dict:
-            as_numpy, single, x = self._dict_obs(obs)
-        else:
-            as_numpy = not isinstance(obs, torch.Tensor)
-            x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
-            single = tuple(x.shape) == self.obs_shape
-            if not single and tuple(x.shape[1:]) != self.obs_shape:
-                raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
-                                 f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
-            x = x.unsqueeze(0) if single else x
-            x = x.permute(0, 3, 1, 2) if self.spec.channels_last else x
+        as_numpy, single, x = self._batch(obs)
         n = next(iter(x.values())).shape[0] if isinstance(x, dict) else x.shape[0]
         first = torch.ones(n, dtype=torch.bool, device=self.device)  # each call: observations of fresh episodes
         sample = self.sample if sample is None else sample
         actions, _, _ = self.head.act(x, self.head.initial_state(n), first, greedy=not sample)
+        return self._actions_out(actions, as_numpy, single)
+
+    def _batch(self, obs: np.ndarray | torch.Tensor | dict) -> tuple[bool, bool, torch.Tensor | dict]:
+        """(numpy input, one observation, the batch as the head takes it)."""
+        if self.spec.is_dict:
+            return self._dict_obs(obs)
+        as_numpy = not isinstance(obs, torch.Tensor)
+        x = torch.as_tensor(np.asarray(obs, dtype=self.obs_dtype) if as_numpy else obs, device=self.device)
+        single = tuple(x.shape) == self.obs_shape
+        if not single and tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"observations of shape {tuple(x.shape)} do not fit this policy: it takes "
+                             f"{self.obs_shape} or a batch [N, {', '.join(map(str, self.obs_shape))}]")
+        x = x.unsqueeze(0) if single else x
+        return as_numpy, single, x.permute(0, 3, 1, 2) if self.spec.channels_last else x
+
+    @staticmethod
+    def _actions_out(actions: torch.Tensor, as_numpy: bool, single: bool) -> np.ndarray | torch.Tensor:
         if single:
             actions = actions[0]
         if not as_numpy:
@@ -195,6 +204,35 @@ class Policy(nn.Module):
         return as_numpy, bool(single), x
 
 
+class RecurrentPolicy(Policy):
+    """A run trained with --rnn: the policy carries a state from step to step.
+
+        state = policy.initial_state(n)            # n envs at the start of their episodes (zeros)
+        action, state = policy(obs, state)         # obs: one observation (n = 1) or a batch of n
+
+    The state is a dict of tensors (the core's "h", and "c" for an LSTM; [n, rnn_layers, rnn_size] each) to hand
+    back unchanged at the next step. When an env's episode ends, start its next one from zeros: a fresh
+    `initial_state`, or for a batch `{k: v * (1 - done[:, None, None]) ...}` with `done` that env's flag.
+    """
+
+    recurrent = True
+
+    def initial_state(self, n: int = 1) -> dict[str, torch.Tensor]:
+        return self.head.initial_state(n)
+
+    @torch.no_grad()
+    def forward(self, obs: np.ndarray | torch.Tensor | dict, state: dict[str, torch.Tensor] | None = None,
+                sample: bool | None = None) -> tuple[np.ndarray | torch.Tensor, dict[str, torch.Tensor]]:
+        as_numpy, single, x = self._batch(obs)
+        if state is None:
+            raise ValueError("this policy is recurrent: call it as policy(obs, state), starting from "
+                             "state = policy.initial_state(n)")
+        sample = self.sample if sample is None else sample
+        actions, _, after = self.head.act(x, {k: v.to(self.device) for k, v in state.items()}, None,
+                                          greedy=not sample)
+        return self._actions_out(actions, as_numpy, single), after
+
+
 def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: bool = False) -> Policy:
     """The policy of the run's newest good checkpoint (`best`: of checkpoints/best.pt, the best evaluation of a
     run trained with --eval-every), in eval mode: `policy(obs) -> action`. Any `--algo`.
@@ -203,5 +241,8 @@ def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: b
     `gymnasium.make(id)` returns; for `atari_<game>`, stacked 84x84 grayscale frames, channels first).
     `sample=True` samples actions from the policy's distribution instead of taking the most likely one;
     `policy(obs, sample=...)` overrides it per call. Raises PolicyLoadError if the run has no usable policy.
+    A run trained with --rnn gives a `RecurrentPolicy`: `state = policy.initial_state(n)`, then
+    `action, state = policy(obs, state)` at each step (`policy.recurrent` tells the two apart).
     """
-    return Policy(load_run_policy(run_dir, device, best), sample).eval()
+    run = load_run_policy(run_dir, device, best)
+    return (RecurrentPolicy if run.head.state_layout() else Policy)(run, sample).eval()

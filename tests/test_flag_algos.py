@@ -14,7 +14,8 @@ from asyncrl.config import ALGOS, Config, ConfigError, applies_to
 from asyncrl.resolve import build_parser, config_from_flags, parse_config
 
 PPO_ONLY = ["--normalize-obs", "--max-grad-norm 1", "--lr-schedule kl", "--epochs 2", "--minibatches 1",
-            "--clip-ratio 0.2", "--entropy-coeff 0", "--vtrace-c 0.9", "--deterministic", "--scale small"]
+            "--clip-ratio 0.2", "--entropy-coeff 0", "--vtrace-c 0.9", "--deterministic", "--scale small",
+            "--rnn gru", "--rnn-size 64", "--rnn-layers 2", "--encoder mlp"]
 
 
 def _argv(flags: str, algo: str) -> list[str]:

@@ -3,10 +3,11 @@
 Everything that turns observations into actions goes through an `Actor`: the policy workers (sampled actions
 for training), the evaluator (greedy and sampled), `asyncrl.load_policy`'s `Policy` and `asyncrl-enjoy` (the
 run's acting head), and `asyncrl-export`, which writes the head's policy output (`forward`, what `act` draws
-from) for actors without state.
+from; a recurrent head's takes the state as an input and returns it as an output).
 
 - `state_layout()`: name -> (shape, numpy dtype) of the state an actor carries per env from one step to the
-  next; {} for feed-forward models (all of today's). The trajectory slots hold one `state/<name>` column per
+  next; {} for feed-forward models, the core's arrays for `--rnn` models (`asyncrl.models.actor_critic.
+  RecurrentActorCritic` keeps this contract itself). The trajectory slots hold one `state/<name>` column per
   entry, [S, T + 1, E, *shape] (`asyncrl.runtime.plumbing.trajectories`).
 - `initial_state(n)`: the state of `n` fresh episodes (zeros; {} without state).
 - `act(obs, state, first, greedy=False) -> (actions, logp, next_state)`: `obs` [N, ...] (a Dict observation:

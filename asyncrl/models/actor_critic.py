@@ -4,6 +4,7 @@ value head."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -13,8 +14,10 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 from asyncrl.algo.normalizers import RunningMeanStd
 from asyncrl.envs.base import MASK_KEY, EnvSpec
 from asyncrl.models.categorical import PAD_LOGIT, MultiCategorical, gumbel_argmax
-from asyncrl.models.encoders import MLP, DictEncoder, NatureCNN
-from asyncrl.models.obs import Obs
+from asyncrl.models.cores import RecurrentCore, State, build_core, reset_rows
+from asyncrl.models.encoders import MLP, DictEncoder, EncoderError, NatureCNN, UserEncoder, nature_cnn
+from asyncrl.models.obs import Obs, map_obs
+from asyncrl.models.registry import AUTO, ENCODERS, IMAGE_ENCODERS, NO_CORE, is_user_encoder, resolve
 from asyncrl.models.tuple_actions import TupleDistribution, clip_boxes
 
 
@@ -66,7 +69,8 @@ class ActorCritic(nn.Module):
     per vector key, concatenated); its observation normaliser (`normalize_obs`) is one running mean/std per
     vector key."""
 
-    def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False):
+    def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
+                 core: Callable[[int], nn.Module] | None = None):
         super().__init__()
         self.discrete = spec.discrete
         self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
@@ -74,16 +78,11 @@ class ActorCritic(nn.Module):
         image = len(spec.obs_shape) == 3
         self.dict_obs = spec.is_dict
         self.masked = spec.masked  # an `action_mask` key: masks the logits, never reaches the encoder
-        if spec.is_dict:
-            self.encoder = DictEncoder(spec.feature_keys, hidden_size)
-            self.value_encoder = None
-        elif image:
-            self.encoder: nn.Module = NatureCNN(*spec.obs_shape)
-            self.value_encoder: nn.Module | None = None
-        else:
-            self.encoder = MLP(int(np.prod(spec.obs_shape)), hidden_size)
-            self.value_encoder = MLP(int(np.prod(spec.obs_shape)), hidden_size)
+        self.encoder, self.value_encoder = make_encoders(spec, hidden_size, encoder, shared_value=core is not None)
         width = self.encoder.out_features
+        if core is not None:  # `core(width)`: between the encoder and both heads (RecurrentActorCritic)
+            self.core = core(width)
+            width = self.core.out_features
         self.policy_head = _init_linear(nn.Linear(width, spec.num_actions), 0.01)
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
         if spec.gaussian_dims:  # a Box action, or a Tuple's Box parts
@@ -94,6 +93,8 @@ class ActorCritic(nn.Module):
             self.obs_normalizer = nn.ModuleDict(vectors) if normalize_obs and vectors else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
         for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
+            if isinstance(encoder, UserEncoder):  # a user's module keeps its own initialisation
+                continue
             for module in encoder.modules() if encoder is not None else ():
                 if isinstance(module, nn.Linear | nn.Conv2d):
                     nn.init.orthogonal_(module.weight, math.sqrt(2))
@@ -162,6 +163,121 @@ class ActorCritic(nn.Module):
         return actions, self.distribution(out).log_prob(actions)
 
 
+def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO,
+                  shared_value: bool = False) -> tuple[nn.Module, nn.Module | None]:
+    """(the policy's encoder, the value's own encoder or None when the value reads the policy's features).
+
+    `name` is `--encoder`: auto (the Nature CNN for images, a policy and a value MLP for vectors, one of each per
+    key of a Dict observation), nature, impala, mlp (for a Dict observation: what its image keys get), or a
+    user's module:callable (`asyncrl/models/registry.py`), shared by policy and value. With `shared_value` (a
+    recurrent core, whose output both heads read) no separate value MLP is built."""
+    if is_user_encoder(name):
+        try:
+            factory = resolve(name)
+        except (ImportError, AttributeError) as exc:
+            raise EncoderError(f"--encoder {name}: cannot load it ({type(exc).__name__}: {exc})") from None
+        if not callable(factory):
+            raise EncoderError(f"--encoder {name} is not callable; it should be a factory(obs_shape, hidden_size) "
+                               f"returning a torch.nn.Module")
+        return UserEncoder(name, factory, spec, hidden_size), None
+    if spec.is_dict:
+        image_encoder = resolve(ENCODERS[name]) if name in ENCODERS else nature_cnn
+        return DictEncoder(spec.feature_keys, hidden_size, image_encoder, value_mlps=not shared_value), None
+    if len(spec.obs_shape) == 3 and (name == AUTO or name in IMAGE_ENCODERS):
+        if name in IMAGE_ENCODERS:
+            return resolve(ENCODERS[name])(tuple(spec.obs_shape), hidden_size), None
+        return NatureCNN(*spec.obs_shape), None
+    width = int(np.prod(spec.obs_shape))
+    return MLP(width, hidden_size), None if shared_value else MLP(width, hidden_size)
+
+
+class RecurrentActorCritic(ActorCritic):
+    """The actor-critic with a recurrent core (`--rnn gru|lstm`) between the encoder and the heads: encoder ->
+    core -> policy head and value head. Policy and value share the encoder and the core (vectors get no separate
+    value MLP: the value needs the memory too).
+
+    Keeps the acting contract itself (`asyncrl.agents.acting.Actor`): `state_layout()` is the core's per-env
+    arrays, `act(obs, state, first, greedy)` resets the rows where `first` is set, steps the core once and
+    returns the next state. The learner re-runs it over whole trajectories with `unroll`.
+    """
+
+    core: RecurrentCore
+
+    def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
+                 rnn: str = "gru", rnn_size: int = 512, rnn_layers: int = 1):
+        super().__init__(spec, hidden_size, normalize_obs, encoder,
+                         core=lambda width: build_core(rnn, width, rnn_size, rnn_layers))
+
+    # ----- the acting contract -----
+    def state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return self.core.state_layout()
+
+    def initial_state(self, n: int) -> State:
+        return self.core.initial_state(n, device=self.policy_head.weight.device)
+
+    @torch.inference_mode()
+    def act(self, obs: Obs, state: State, first: torch.Tensor | None,
+            greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """Sampled (as `ActorCritic.act` draws them) or greedy actions, their log-probs, and the state after."""
+        out, _, after = self.step(obs, state, first, value=False)
+        if greedy:
+            actions = greedy_from(out, self.discrete, self.nvec, self.parts)
+            return actions, self.distribution(out).log_prob(actions), after
+        actions, logp = sample_actions(out, self.discrete, self.nvec, self.parts, getattr(self, "log_std", None))
+        return actions, logp, after
+
+    def greedy(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """The greedy actions of fresh episodes (from the initial state)."""
+        actions, logp, _ = self.act(obs, self.initial_state(_batch_size(obs)), None, greedy=True)
+        return actions, logp
+
+    # ----- one step, and whole trajectories -----
+    def step(self, obs: Obs, state: State, first: torch.Tensor | None,
+             value: bool = True) -> tuple[torch.Tensor, torch.Tensor | None, State]:
+        """obs [N, ...], state {k: [N, ...]} -> (policy output [N, A], value [N] (None without `value`), the
+        state after the step). Rows where `first` is set start from the initial (zero) state."""
+        obs = self._normalized(obs)
+        if first is not None:
+            state = reset_rows(state, first)
+        out, after = self.core(self._features(obs).unsqueeze(0), state)
+        return self._policy(out[0], obs), self.value_head(out[0]).squeeze(-1) if value else None, after
+
+    def forward(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [N, ...] -> (policy output, value) of fresh episodes: one step from the initial state."""
+        out, values, _ = self.step(obs, self.initial_state(_batch_size(obs)), None)
+        return out, values
+
+    def policy_out(self, obs: Obs) -> torch.Tensor:
+        return self.step(obs, self.initial_state(_batch_size(obs)), None, value=False)[0]
+
+    def unroll(self, obs: Obs, first: torch.Tensor, initial_state: State,
+               cuts: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor, dict[int, State]]:
+        """Re-run the model over trajectories, time-major: obs [T, B, ...], first [T, B], initial_state {k: [B, ...]}
+        -> (policy output [T, B, A], value [T, B], {t: the state before step t's reset}); env b's state is zero
+        before every step where `first[t, b]`, as when acting (`RecurrentCore.unroll`). Gradients flow through
+        the whole trajectory (the initial state is data)."""
+        t_len, b = first.shape
+        flat = self._normalized(map_obs(obs, lambda x: x.flatten(0, 1)))
+        features = self._features(flat).reshape(t_len, b, -1)
+        out, before = self.core.unroll(features, first, initial_state, cuts)
+        policy = self._policy(out.flatten(0, 1), flat).reshape(t_len, b, -1)
+        return policy, self.value_head(out).squeeze(-1), before
+
+    def _features(self, obs: Obs) -> torch.Tensor:
+        """Normalised observations -> the encoder's float32 features."""
+        if self.dict_obs:
+            return self.encoder(obs, self.compute_dtype)
+        return self._encode(self.encoder, obs)
+
+    def _policy(self, core_out: torch.Tensor, obs: Obs) -> torch.Tensor:
+        logits = self.policy_head(core_out)
+        return apply_action_mask(logits, obs) if self.masked else logits
+
+
+def _batch_size(obs: Obs) -> int:
+    return next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
+
+
 def sample_actions(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], parts: tuple,
                    log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(actions, log-probs) drawn from a policy head's output `out` [N, A].
@@ -188,8 +304,13 @@ def sample_actions(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], par
     return actions, logp
 
 
-def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False) -> ActorCritic:
-    return ActorCritic(spec, hidden_size, normalize_obs)
+def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
+                rnn: str = NO_CORE, rnn_size: int = 512, rnn_layers: int = 1) -> ActorCritic:
+    """The actor-critic for `spec`: feed-forward without `rnn`, a `RecurrentActorCritic` with --rnn gru|lstm.
+    EncoderError (one line) for a user's --encoder that cannot be built or does not fit."""
+    if rnn == NO_CORE:
+        return ActorCritic(spec, hidden_size, normalize_obs, encoder)
+    return RecurrentActorCritic(spec, hidden_size, normalize_obs, encoder, rnn, rnn_size, rnn_layers)
 
 
 def flat_state(model: nn.Module) -> list[torch.Tensor]:

@@ -14,11 +14,13 @@ from asyncrl.agents.acting import FeedForward, State, module_device
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import (
     ActorCritic,
+    RecurrentActorCritic,
     action_distribution,
     apply_action_mask,
     greedy_actions,
     sample_actions,
 )
+from asyncrl.models.cores import reset_rows
 from asyncrl.models.obs import Obs
 from asyncrl.models.tuple_actions import clip_boxes
 
@@ -47,7 +49,7 @@ class PolicyHead(nn.Module, FeedForward):
         self.dict_obs = model.dict_obs
         if self.dict_obs:  # Dict observations: {key: [N, ...]}; per vector key, its normaliser's statistics
             self.normalize = False
-            self.keys = list(model.encoder.encoders.keys())
+            self.keys = [k.key for k in spec.feature_keys]
             norms = dict(norm.items()) if norm is not None else {}
             self.normalized_keys = list(norms)
             for k, n in norms.items():
@@ -74,23 +76,34 @@ class PolicyHead(nn.Module, FeedForward):
                                  persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._logits(self._features(obs), obs)
+
+    def _features(self, obs: Obs) -> torch.Tensor:
+        """Raw observations -> the encoder's features (the normaliser applied first)."""
         if self.dict_obs:
-            logits = self.policy_head(self.encoder(self._normalized_dict(obs)))
-            return apply_action_mask(logits, obs) if self.spec.masked else logits
+            return self.encoder(self._normalized_dict(obs))
         if self.normalize:
             x = obs.float()
             obs = torch.clamp((x - self.obs_mean) / torch.sqrt(self.obs_var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
-        return self.policy_head(self.encoder(obs))
+        return self.encoder(obs)
+
+    def _logits(self, features: torch.Tensor, obs: Obs) -> torch.Tensor:
+        logits = self.policy_head(features)
+        return apply_action_mask(logits, obs) if self.dict_obs and self.spec.masked else logits
 
     def actions(self, obs: Obs, sample: bool) -> torch.Tensor:
-        return self.act(obs, {}, None, greedy=not sample)[0]
+        n = next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
+        return self.act(obs, self.initial_state(n), None, greedy=not sample)[0]
 
     @torch.no_grad()
     def act(self, obs: Obs, state: State, first: torch.Tensor | None,
             greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
         """The acting contract: greedy or sampled actions (as the policy workers draw them), clipped to the action
         bounds, and the log-probs of the actions drawn (before the clipping)."""
-        out = self(obs)
+        actions, logp = self._draw(self(obs), greedy)
+        return actions, logp, state
+
+    def _draw(self, out: torch.Tensor, greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         spec, log_std = self.spec, getattr(self, "log_std", None)
         if greedy:
             actions = greedy_actions(out, spec)
@@ -101,7 +114,7 @@ class PolicyHead(nn.Module, FeedForward):
                 actions = clip_boxes(actions, spec.parts)
         if not (spec.discrete or spec.multi_discrete or spec.is_tuple):  # a Tuple's Box parts are clipped above
             actions = torch.clamp(actions, self.action_low, self.action_high)
-        return actions, logp, state
+        return actions, logp
 
     def describe(self) -> dict[str, Any]:
         spec = self.spec
@@ -146,3 +159,50 @@ class PolicyHead(nn.Module, FeedForward):
             mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
             out[k] = torch.clamp((obs[k].float() - mean) / torch.sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)
         return out
+
+
+class RecurrentPolicyHead(PolicyHead):
+    """APPO's acting head for a model with a recurrent core (`--rnn`): raw observations and the state before the
+    step -> the policy output and the state after it, an `asyncrl.agents.acting.Actor` with state.
+
+    `forward(obs, *state) -> (policy output, *next state)`, the state entries in the core's order (`state_keys`:
+    "h" for a GRU; "h", "c" for an LSTM), each [N, rnn_layers, rnn_size]: what `asyncrl-export` writes, so an
+    exported graph takes the state as inputs and returns it as outputs. An episode starts from zeros
+    (`initial_state`); `act` resets the rows where `first` is set itself.
+    """
+
+    def __init__(self, model: RecurrentActorCritic, spec: EnvSpec):
+        super().__init__(model, spec)
+        self.core = model.core
+        self.state_keys = tuple(model.core.state_keys)
+
+    def state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return self.core.state_layout()
+
+    def initial_state(self, n: int) -> State:
+        return self.core.initial_state(n, device=module_device(self))
+
+    def forward(self, obs: Obs, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """No state given: the first step of fresh episodes (zeros)."""
+        features = self._features(obs)
+        before = dict(zip(self.state_keys, state, strict=True)) if state else self.initial_state(features.shape[0])
+        out, after = self.core.cell_step(features, before)  # plain tensor ops: what the exported graphs hold
+        return (self._logits(out, obs), *(after[k] for k in self.state_keys))
+
+    @torch.no_grad()
+    def act(self, obs: Obs, state: State, first: torch.Tensor | None,
+            greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
+        if first is not None:
+            state = reset_rows(state, first)
+        out, *after = self(obs, *(state[k] for k in self.state_keys))
+        actions, logp = self._draw(out, greedy)
+        return actions, logp, dict(zip(self.state_keys, after))
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        layout = self.state_layout()
+        described["state"] = [{"name": k, "shape": ["N", *layout[k][0]], "dtype": "float32",
+                               "meaning": f"the recurrent core's {'cell' if k == 'c' else 'hidden'} state before the "
+                                          f"step (zeros at an episode's start); the step returns the next one"}
+                              for k in self.state_keys]
+        return described

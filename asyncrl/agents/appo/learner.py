@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from asyncrl.agents.appo.head import PolicyHead
+from asyncrl.agents.appo.head import PolicyHead, RecurrentPolicyHead
 from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
 from asyncrl.agents.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.agents.batch import Batch
@@ -25,7 +25,7 @@ from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic, build_model
+from asyncrl.models.actor_critic import ActorCritic, RecurrentActorCritic, build_model
 from asyncrl.models.obs import map_obs
 from asyncrl.models.precision import resolve_precision
 
@@ -70,12 +70,15 @@ class APPOLearner:
     @staticmethod
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> ActorCritic:
         """The actor-critic the policy workers act with (the learner trains the same one)."""
-        model = build_model(spec, cfg.hidden_size, cfg.normalize_obs).to(device)
+        model = build_model(spec, cfg.hidden_size, cfg.normalize_obs, cfg.encoder, cfg.rnn, cfg.rnn_size,
+                            cfg.rnn_layers).to(device)
         model.compute_dtype = resolve_precision(cfg.precision, device, spec.has_image)
         return model
 
     @staticmethod
     def policy_head(policy: ActorCritic, spec: EnvSpec) -> PolicyHead:
+        if isinstance(policy, RecurrentActorCritic):
+            return RecurrentPolicyHead(policy, spec).eval()
         return PolicyHead(policy, spec).eval()
 
     def policy_module(self) -> torch.nn.Module:
@@ -140,16 +143,25 @@ class APPOLearner:
               on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, float]:
         t, b = mb.rewards.shape
         t0 = time.monotonic()
-        policy_out, values = self.model(map_obs(mb.obs, lambda x: x.flatten(0, 1)))
-        values = values.reshape(t + 1, b)
+        if isinstance(self.model, RecurrentActorCritic):  # re-run the core over each whole trajectory
+            policy_out, values, before_reset = self._unroll(mb)
+            final_values = self._final_values_recurrent(mb, before_reset)
+        else:
+            policy_out, values = self.model(map_obs(mb.obs, lambda x: x.flatten(0, 1)))
+            values = values.reshape(t + 1, b)
+            final_values = None
         # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
         dist = self.model.distribution(policy_out[: t * b])
         logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
         entropy = dist.entropy().reshape(t, b)
         has_final = mb.has_final()
+        if final_values is None:
+            final_values = self._final_values(mb, has_final)
+        else:
+            final_values = torch.where(has_final, final_values, torch.zeros_like(final_values))
         loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.terminated, mask, self.hp,
                                 truncated=mb.cut_without_terminal(),
-                                final_values=self._final_values(mb, has_final), has_final=has_final,
+                                final_values=final_values, has_final=has_final,
                                 reward_scale=reward_scale, value_transform=self.value_transform,
                                 on_targets=on_targets)
         self.optimizer.zero_grad(set_to_none=True)
@@ -185,6 +197,35 @@ class APPOLearner:
                 _, v = self.model(map_obs(mb.final_obs, lambda x: x[envs]))
             out[mb.final_step[envs], envs] = v.reshape(-1).to(out.dtype)
         return torch.where(has_final, out, torch.zeros_like(out))
+
+    def _unroll(self, mb: Batch) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """A recurrent model over the minibatch's trajectories (whole env columns), from the state each slot's
+        first step acted from (`batch.initial_state`), resetting it where `batch.first` is set: (policy output
+        [(T + 1) B, A], values [T + 1, B], the states before each reset). Backpropagates through all T + 1 steps.
+
+        With several epochs the initial states are the behaviour policy's, stored when the slot was collected,
+        not recomputed by the current weights: from the second epoch on (and for samples a few updates old) a
+        trajectory starts from a slightly stale state (as in Sample Factory and R2D2's stored-state strategy);
+        V-trace's importance weights see the log-probs of this re-run, not of the state the actor had.
+        """
+        cuts = tuple(int(f) + 1 for f in mb.final_step[mb.final_step >= 0].tolist())  # final obs need their state
+        state = mb.initial_state or self.model.initial_state(mb.rewards.shape[1])
+        policy_out, values, before = self.model.unroll(mb.obs, mb.first, state, cuts)
+        return policy_out.flatten(0, 1), values, before
+
+    def _final_values_recurrent(self, mb: Batch, before_reset: dict) -> torch.Tensor:
+        """[T, B]: V(final obs) of a recurrent model at each env's bootstrapped truncation (step f): one core step
+        on the final observation from the state after step f (before the reset at f + 1); 0 elsewhere."""
+        out = torch.zeros_like(mb.rewards)
+        envs = torch.nonzero(mb.final_step >= 0).squeeze(1)
+        if len(envs):
+            steps = mb.final_step[envs]
+            with torch.no_grad():
+                state = {k: torch.stack([before_reset[int(f) + 1][k][int(e)] for f, e in zip(steps, envs)])
+                         for k in self.model.state_layout()}
+                _, v, _ = self.model.step(map_obs(mb.final_obs, lambda x: x[envs]), state, None)
+            out[steps, envs] = v.reshape(-1).to(out.dtype)
+        return out
 
     def state_dict(self) -> dict:
         return {

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.base import EnvSpec
+from asyncrl.models.registry import state_layout
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.channels import Channels
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, circulating_slots, num_slots
@@ -45,7 +46,7 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
 
     ConfigError (one line) if memory or /dev/shm runs out."""
     try:
-        traj = allocate_trajectories(cfg, spec)
+        traj = allocate_trajectories(cfg, spec, state_layout(cfg))  # the model's per-env state columns (--rnn)
         weights = SharedWeights()
         channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
     except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out

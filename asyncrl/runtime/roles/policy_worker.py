@@ -46,9 +46,11 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
 
     obs, actions, logp, versions = obs_arrays(traj, "obs"), traj["actions"], traj["logp"], traj["versions"]
     first, state = traj["first"], state_arrays(traj)
-    layout = actor.state_layout()
-    if set(layout) != set(state) or any(state[k].shape[3:] != tuple(shape) for k, (shape, _) in layout.items()):
-        raise RuntimeError(f"the trajectory slots hold the state {sorted(state)}, the actor's is {sorted(layout)}")
+    layout = actor.state_layout()  # the slots were sized from the settings alone (asyncrl.models.registry)
+    if set(layout) != set(state) or any(state[k].shape[3:] != tuple(shape) or state[k].dtype != np.dtype(dtype)
+                                        for k, (shape, dtype) in layout.items()):
+        raise RuntimeError(f"the trajectory slots hold the state {({k: a.shape[3:] for k, a in state.items()})}, "
+                           f"the actor's is {({k: shape for k, (shape, _) in layout.items()})}")
     want, acted = channels.live["want"], channels.live["acted"]  # the action handshake (runtime/plumbing/liveness.py)
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
     stats = IntervalStats(channels, "policy", index)

@@ -28,6 +28,7 @@ from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
+from asyncrl.models.registry import state_layout
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
 from asyncrl.runtime.plumbing.channels import Empty
@@ -83,7 +84,7 @@ def check_run_dir(cfg: Config) -> None:
 
 
 def check_memory(cfg: Config, spec: EnvSpec) -> None:
-    need = trajectory_bytes(cfg, spec)
+    need = trajectory_bytes(cfg, spec, state_layout(cfg))  # with the recurrent state columns (--rnn)
     available = available_memory()  # free RAM, or less under a container's memory limit
     if need > 0.8 * available:
         raise ConfigError(f"the trajectory buffers need {need / 2**30:.1f} GiB but only {available / 2**30:.1f} "

@@ -41,7 +41,14 @@ def model_meta(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
         meta["obs_dtype"] = {k.key: str(np.dtype(k.dtype)) for k in spec.obs_keys}
     if spec.is_dict or len(spec.obs_shape) != 3:  # image observations always use the CNN; these only shape the MLP
         meta.update(hidden_size=cfg.hidden_size, normalize_obs=cfg.normalize_obs)
+    if cfg.encoder != MODEL_DEFAULTS["encoder"]:  # recorded when not the default (a run from before has neither)
+        meta["encoder"] = cfg.encoder
+    if cfg.rnn != MODEL_DEFAULTS["rnn"]:
+        meta.update(rnn=cfg.rnn, rnn_size=cfg.rnn_size, rnn_layers=cfg.rnn_layers)
     return meta
+
+
+MODEL_DEFAULTS = {"encoder": "auto", "rnn": "none", "rnn_size": None, "rnn_layers": None}  # absent from meta.json
 
 
 def meta_path(run_dir: str) -> str:
@@ -80,6 +87,12 @@ def check_resume(cfg: Config, spec: EnvSpec) -> None:
         if key in saved and saved[key] != now[key]:
             raise ConfigError(f"{where} were trained with {what} {_show(saved[key])} but env {cfg.env!r} now has "
                               f"{_show(now[key])}; start a new --experiment")
+    for key, default in MODEL_DEFAULTS.items():  # the encoder and the recurrent core (absent: the defaults)
+        if saved.get(key, default) != now.get(key, default):
+            was, given = saved.get(key, default), now.get(key, default)
+            raise ConfigError(f"{where} were trained with {_flag(key, was) if was is not None else 'no --rnn'}, "
+                              f"which conflicts with {_flag(key, given) if given is not None else 'no --rnn'}: the "
+                              f"model's shape cannot change on resume; start a new --experiment")
     for key in ("hidden_size", "normalize_obs"):
         if key in saved and key in now and saved[key] != now[key]:
             raise ConfigError(f"{where} were trained with {_flag(key, saved[key])}, which conflicts with "

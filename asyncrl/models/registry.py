@@ -1,0 +1,154 @@
+"""Model parts by name: `--encoder` -> an encoder factory, `--rnn` -> a recurrent core, and the per-env state a
+core carries. Torch-free: the runner imports it to check the flags and to size the slots' state columns.
+
+Entries name their object as "module:attr" (resolved on use, like `asyncrl.agents.registry.LEARNERS`), so this
+file loads no torch. Adding an encoder is one factory and one line in `ENCODERS`; adding a core is one class in
+`asyncrl/models/cores.py`, one line in `CORES` and its state entries in `CORE_STATES`.
+
+An encoder factory, built-in or a user's `--encoder module:callable`, is called as
+
+    factory(obs_shape, hidden_size) -> torch.nn.Module
+
+`obs_shape` is the observation's shape as the model sees it (images channels first, e.g. (4, 84, 84)), or for a
+Dict observation a dict {key: shape} of the keys the encoder reads (the action mask is not one); `hidden_size`
+is `--hidden-size`. The module maps a batch of raw observations ([N, *obs_shape] in the env's dtype: uint8
+frames are not scaled; for a Dict observation a dict of such tensors) to float features [N, F]; F is read
+from its output on a dummy batch when the model is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from asyncrl.config import Config, ConfigError
+
+# name -> "module:factory"; the factories take (obs_shape, hidden_size) like a user's module:callable
+ENCODERS: dict[str, str] = {
+    "nature": "asyncrl.models.encoders:nature_cnn",  # Mnih et al. 2015 (images)
+    "impala": "asyncrl.models.encoders:impala_cnn",  # Espeholt et al. 2018, the ResNet (images)
+    "mlp": "asyncrl.models.encoders:mlp",  # two tanh layers of --hidden-size (vectors; images flattened)
+}
+IMAGE_ENCODERS = frozenset({"nature", "impala"})
+AUTO = "auto"  # the Nature CNN for images, the MLP for vectors (and, in a Dict, per key)
+CORES: dict[str, str] = {
+    "gru": "asyncrl.models.cores:GRUCore",
+    "lstm": "asyncrl.models.cores:LSTMCore",
+}
+CORE_STATES: dict[str, tuple[str, ...]] = {"gru": ("h",), "lstm": ("h", "c")}  # the per-env arrays of each core
+NO_CORE = "none"
+
+StateLayout = dict[str, tuple[tuple[int, ...], np.dtype]]
+
+
+def state_layout(cfg: Config) -> StateLayout:
+    """The per-env state the run's model carries (`asyncrl.agents.acting.Actor.state_layout`), from the settings
+    alone: {} without --rnn; per entry of the core's state, ((rnn_layers, rnn_size), float32). The model's own
+    `state_layout()` must agree (the policy worker checks it against the slots)."""
+    return core_state_layout(cfg.rnn, cfg.rnn_size, cfg.rnn_layers)
+
+
+def core_state_layout(rnn: str, size: int, layers: int) -> StateLayout:
+    if rnn == NO_CORE:
+        return {}
+    return {k: ((int(layers), int(size)), np.dtype(np.float32)) for k in CORE_STATES[rnn]}
+
+
+def is_user_encoder(name: str) -> bool:
+    return ":" in name
+
+
+def check_model(cfg: Config) -> None:
+    """ConfigError (one line) for an unknown --rnn or --encoder, or a module:callable that names nothing
+    importable. Whether a user encoder's output fits is checked once the env is known (`check_encoder_fits`)."""
+    if cfg.rnn != NO_CORE and cfg.rnn not in CORES:
+        raise ConfigError(f"--rnn must be none or one of {', '.join(CORES)} (got {cfg.rnn!r})")
+    name = cfg.encoder
+    if not is_user_encoder(name):
+        if name != AUTO and name not in ENCODERS:
+            raise ConfigError(f"--encoder must be auto, {', '.join(ENCODERS)} or module:callable (got {name!r})")
+        return
+    module, _, attr = name.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"--encoder {name!r}: give a factory as module:callable, e.g. my_models:make_encoder")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a my_models.py beside the user, as for --env
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:  # a parent package that is not there, or a malformed name
+        raise ConfigError(f"--encoder {name!r}: cannot find module {module!r} ({exc})") from None
+    if found is None:
+        raise ConfigError(f"--encoder {name!r}: no module {module!r} on the Python path (PYTHONPATH)")
+
+
+def check_encoder_env(cfg: Config, obs_shape: tuple[int, ...], has_image: bool, is_dict: bool) -> None:
+    """ConfigError (one line) for a built-in image encoder on an env without images."""
+    if cfg.encoder in IMAGE_ENCODERS and not has_image:
+        shape = "a Dict observation without image keys" if is_dict else f"observations of shape {tuple(obs_shape)}"
+        raise ConfigError(f"--encoder {cfg.encoder} takes image observations, but {cfg.env} has {shape}; use "
+                          f"--encoder mlp (or auto)")
+
+
+def resolve(ref: str) -> Any:
+    """The object a "module:attr" entry (or a user's --encoder) names; ImportError / AttributeError if none."""
+    module, _, attr = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_model_env(cfg: Config, spec: Any) -> None:
+    """Once the env is known (`spec`, an `EnvSpec`), before anything is written: ConfigError (one line) for a built-in
+    image encoder on an env without images, or a user's --encoder that cannot be built or whose output does not
+    fit. A user's module needs torch, which this (torch-free) process does not load: it is built on a dummy batch
+    in a forked child, whose verdict comes back through a pipe."""
+    check_encoder_env(cfg, spec.obs_shape, spec.has_image, spec.is_dict)
+    if not is_user_encoder(cfg.encoder):
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: build the model, write "" (it fits) or the one-line reason, exit at once
+        message = ""
+        try:
+            os.close(read)
+            message = _build_model_here(cfg, spec)
+        except BaseException as exc:  # noqa: BLE001 - whatever happens, the parent gets one line
+            message = f"--encoder {cfg.encoder}: building the model failed: {type(exc).__name__}: {exc}"
+        finally:
+            try:
+                os.write(write, message.splitlines()[0].encode()[:2000] if message else b"")
+            finally:
+                os._exit(0)
+    os.close(write)
+    chunks = []
+    with os.fdopen(read, "rb") as pipe:
+        while chunk := pipe.read(4096):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    message = b"".join(chunks).decode(errors="replace")
+    if message:
+        raise ConfigError(message)
+    if not os.WIFEXITED(status):
+        raise ConfigError(f"--encoder {cfg.encoder}: building the model on a dummy observation crashed (signal "
+                          f"{os.WTERMSIG(status)})")
+
+
+def _build_model_here(cfg: Config, spec: Any) -> str:
+    """In the probe child: "" when the run's model builds (its encoder on a dummy batch), else the reason."""
+    import torch
+
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.models.encoders import EncoderError
+
+    torch.set_num_threads(1)
+    try:
+        build_model(spec, cfg.hidden_size, cfg.normalize_obs, cfg.encoder, cfg.rnn, cfg.rnn_size, cfg.rnn_layers)
+    except EncoderError as exc:
+        return str(exc)
+    return ""
