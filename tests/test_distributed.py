@@ -247,7 +247,7 @@ def test_two_ranks_one_node_stay_identical_and_stop_together(short_run: ShortRun
     # the default rule: 2 ranks x the preset's 256 is twice its batch, so the rate is sqrt(2) x its 1e-3
     for rank in (0, 1):
         assert (f"[rank {rank}] scaling: 8 envs x 16 steps x 8 epochs = B_eff 1,024; global batch 512 (2 ranks x "
-                f"256) = 2x the reference 256 -> lr 1e-3 x sqrt(2) = 1.41e-3 (--lr-scaling sqrt)") in out, out[-3000:]
+                f"256) = 2x the reference 256 -> lr 1e-3 x sqrt(2) = 1.4e-3 (--lr-scaling sqrt)") in out, out[-3000:]
     # progress lines (group frames, ETA) from rank 0 only
     progress = re.compile(r"^\[rank (\d)\] \[\s*\d+s\] frames ", re.MULTILINE)
     assert {m.group(1) for m in progress.finditer(out)} == {"0"}, out[-3000:]

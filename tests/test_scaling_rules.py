@@ -109,7 +109,7 @@ def test_sqrt_is_the_default_once_the_global_batch_exceeds_the_presets(monkeypat
     cfg = parse()
     assert rule(cfg) == ("sqrt", 256, 1e-3, pytest.approx(1e-3 * math.sqrt(2)))
     assert scaling_lines(cfg) == ["scaling: 32 envs x 16 steps x 8 epochs = B_eff 4,096; global batch 512 (2 ranks "
-                                  "x 256) = 2x the reference 256 -> lr 1e-3 x sqrt(2) = 1.41e-3 (--lr-scaling sqrt)"]
+                                  "x 256) = 2x the reference 256 -> lr 1e-3 x sqrt(2) = 1.4e-3 (--lr-scaling sqrt)"]
     resumed = Config(**json.loads(cfg.to_json())).resolve()  # as config.json is read back: not scaled twice
     assert rule(resumed) == rule(cfg)
     atari = parse_command_line(["--env", "atari_pong"]).config  # the Config default batch, 1024
