@@ -19,6 +19,7 @@ import torch
 from asyncrl.agents.acting import Actor, published_actor
 from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.agents.batch import Batch
+from asyncrl.cli.enjoy import main as enjoy_main
 from asyncrl.cli.export import main as export_main
 from asyncrl.cli.train import main as train_main
 from asyncrl.config import Config, ConfigError
@@ -260,7 +261,8 @@ def _finite_training(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
-def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(tmp_path: Path, rnn: str) -> None:
+def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(tmp_path: Path, rnn: str,
+                                                                                capsys) -> None:
     extra = ["--eval-every", "2000", "--eval-episodes", "2"] if rnn == "gru" else []  # the evaluator carries state
     proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", "6000", "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -308,6 +310,8 @@ def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(
     env.close()
     with pytest.raises(ValueError, match="policy.initial_state"):
         policy(obs)
+    assert enjoy_main([str(run_dir), "--episodes", "2", "--greedy"]) == 0  # asyncrl-enjoy carries the state too
+    assert "2 episodes: raw score mean" in capsys.readouterr().out
 
 
 def test_a_user_encoder_trains_through_asyncrl_train_and_resumes(tmp_path: Path) -> None:
