@@ -29,7 +29,8 @@ from asyncrl.models.actor_critic import ActorCritic, RecurrentActorCritic, build
 from asyncrl.models.encoders import ImpalaCNN, NatureCNN
 from asyncrl.models.registry import state_layout
 from asyncrl.policy import RecurrentPolicy, load_policy
-from asyncrl.runtime.plumbing.trajectories import trajectory_layout
+from asyncrl.runtime.plumbing.trajectories import num_slots, trajectory_bytes, trajectory_layout
+from asyncrl.runtime.roles import runner
 from asyncrl.runtime.store.run_meta import check_resume, write_meta
 from tests.conftest import read_metrics, train_command
 
@@ -104,6 +105,21 @@ def test_the_default_model_is_feed_forward_and_its_slots_have_no_state() -> None
     torch.manual_seed(0)
     b = ActorCritic(spec, 64)  # the default encoder choice builds the same modules in the same order
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_the_state_columns_are_sized_from_the_settings_and_counted_in_the_memory_check(monkeypatch) -> None:
+    cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=8, rollout=16, batch_size=256, rnn="lstm",
+                 rnn_size=512, rnn_layers=2)
+    spec = make_env_spec("CartPole-v1")
+    layout = trajectory_layout(cfg, spec, state_layout(cfg))
+    s, t, e = num_slots(cfg), cfg.rollout, cfg.envs_per_split
+    assert layout["state/h"] == layout["state/c"] == ((s, t + 1, e, 2, 512), F32)
+    plain, with_state = trajectory_bytes(cfg, spec), trajectory_bytes(cfg, spec, state_layout(cfg))
+    assert with_state - plain >= 2 * s * (t + 1) * e * 2 * 512 * 4
+    monkeypatch.setattr(runner, "available_memory", lambda: int(with_state / 0.8) - 1)
+    with pytest.raises(ConfigError, match="the trajectory buffers need"):
+        runner.check_memory(cfg, spec)
+    runner.check_memory(Config(**{**cfg.__dict__, "rnn": "none"}), spec)
 
 
 # ----- the acting contract with a state -----
