@@ -204,9 +204,11 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
     checks); always True when the env cannot be described here (the runner reports that)."""
     try:
         from asyncrl.envs.registry import make_env_spec
+        from asyncrl.models.registry import state_layout
         from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 
         spec = make_env_spec(settings)  # with the run's --env-kwargs and backend options
+        state = state_layout(Config(**{k: settings[k] for k in ("rnn", "rnn_size", "rnn_layers") if k in settings}))
         available = available_memory()
     except Exception:  # a bad env name: the runner says so with its own one-line error
         return lambda workers, envs, rollout, splits: True
@@ -214,7 +216,7 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
     def fits(workers: int, envs: int, rollout: int, splits: int) -> bool:
         cfg = Config(workers=workers, envs_per_worker=envs, rollout=rollout, worker_splits=splits,
                      batch_size=workers * envs * rollout)
-        return trajectory_bytes(cfg, spec) <= 0.8 * available
+        return trajectory_bytes(cfg, spec, state) <= 0.8 * available  # with the recurrent state columns
 
     return fits
 
