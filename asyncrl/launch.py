@@ -20,7 +20,8 @@ from typing import Any
 from asyncrl.agents.registry import check_algo
 from asyncrl.config import Config, ConfigError
 from asyncrl.envs.registry import check_env_options
-from asyncrl.models.registry import check_model, check_model_env
+from asyncrl.models.probe import check_model_env
+from asyncrl.models.registry import check_model
 from asyncrl.resolve import resume_changes
 from asyncrl.runtime.distributed.rank import for_this_rank
 
