@@ -20,17 +20,13 @@ from asyncrl.envs.base import EnvSpec, ObsKey
 EncoderFactory = Callable[[Any, int], nn.Module]  # (obs_shape, hidden_size) -> module
 
 
-class NatureCNN(nn.Module):
-    """Mnih et al. 2015: three conv layers and a 512-unit layer; uint8 frames are scaled to [0, 1] inside."""
+class FrameEncoder(nn.Module):
+    """A convolution stack over frames (`conv`, ending in a flatten) and a ReLU linear layer of `out_features` on
+    its output; uint8 frames are scaled to [0, 1] inside."""
 
-    def __init__(self, in_channels: int, height: int, width: int, out_features: int = 512):
+    def __init__(self, conv: nn.Sequential, in_channels: int, height: int, width: int, out_features: int):
         super().__init__()
-        self.conv = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
+        self.conv = conv
         with torch.no_grad():
             n_flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[1]
         self.fc = nn.Sequential(nn.Linear(n_flat, out_features), nn.ReLU())
@@ -40,6 +36,19 @@ class NatureCNN(nn.Module):
         if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
             obs = obs.contiguous(memory_format=torch.channels_last)  # convert the uint8 frames: 4x less to copy
         return self.fc(self.conv(_float_frames(obs)))  # under autocast: straight to bf16
+
+
+class NatureCNN(FrameEncoder):
+    """Mnih et al. 2015: three conv layers and a 512-unit layer; uint8 frames are scaled to [0, 1] inside."""
+
+    def __init__(self, in_channels: int, height: int, width: int, out_features: int = 512):
+        conv = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        super().__init__(conv, in_channels, height, width, out_features)
 
 
 def _float_frames(obs: torch.Tensor) -> torch.Tensor:
@@ -61,30 +70,20 @@ class ResidualBlock(nn.Module):
         return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
 
 
-class ImpalaCNN(nn.Module):
+class ImpalaCNN(FrameEncoder):
     """The IMPALA ResNet (Espeholt et al. 2018): three stacks of a 3x3 convolution, a 3x3 max-pool of stride 2 and
     two residual blocks (16, 32 and 32 channels), then ReLU, a linear layer of `out_features` (the paper's 256)
     and ReLU. uint8 frames are scaled to [0, 1] inside, as in the Nature CNN."""
 
     def __init__(self, in_channels: int, height: int, width: int, out_features: int = 256,
                  channels: tuple[int, ...] = (16, 32, 32)):
-        super().__init__()
         layers: list[nn.Module] = []
         depth = in_channels
         for out in channels:
             layers += [nn.Conv2d(depth, out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
                        ResidualBlock(out), ResidualBlock(out)]
             depth = out
-        self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
-        with torch.no_grad():
-            n_flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[1]
-        self.fc = nn.Sequential(nn.Linear(n_flat, out_features), nn.ReLU())
-        self.out_features = out_features
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
-            obs = obs.contiguous(memory_format=torch.channels_last)
-        return self.fc(self.conv(_float_frames(obs)))
+        super().__init__(nn.Sequential(*layers, nn.ReLU(), nn.Flatten()), in_channels, height, width, out_features)
 
 
 class MLP(nn.Module):
