@@ -146,3 +146,26 @@ def reap() -> Iterator[list[TrainRun]]:
             except ProcessLookupError:
                 pass
             run.proc.wait(timeout=10)
+
+
+def serve_request(channels: Any, traj: Any, deadline: float,
+                  write: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+    """Act as the policy worker for one rollout-worker request: action 0 (and `write(slot, t)` for anything else
+    the test's policy writes), then the hand-back; returns the request's (slot, t). A request the slot no longer
+    wants (`want[slot] != t`) is skipped, as the policy worker skips it."""
+    from asyncrl.runtime.plumbing.channels import Empty
+
+    while time.monotonic() < deadline:
+        try:
+            worker, split, slot, t = channels.requests.get(timeout=0.05)
+        except Empty:
+            continue
+        if channels.live["want"][slot] != t:
+            continue
+        traj["actions"][slot, t] = 0
+        if write is not None:
+            write(slot, t)
+        channels.live["acted"][slot] = t
+        channels.actions_ready[worker].put(split)
+        return slot, t
+    raise AssertionError("no request from the rollout worker in time")

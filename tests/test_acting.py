@@ -21,9 +21,10 @@ from asyncrl.config import Config
 from asyncrl.envs.base import MASK_KEY, EnvSpec, ObsKey
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import greedy_actions
-from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.channels import Channels
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots, trajectory_bytes, trajectory_layout
 from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
+from tests.conftest import serve_request
 
 F32 = np.dtype(np.float32)
 SPECS = {
@@ -155,19 +156,10 @@ def test_state_helpers_and_slot_layout() -> None:
 
 def _serve(channels: Channels, traj, deadline: float) -> tuple[int, int]:
     """The policy worker's part for one request: action 0, and the state after the step written to row t + 1."""
-    while time.monotonic() < deadline:
-        try:
-            worker, split, slot, t = channels.requests.get(timeout=0.05)
-        except Empty:
-            continue
-        if channels.live["want"][slot] != t:
-            continue
-        traj["actions"][slot, t] = 0
+    def write_state(slot: int, t: int) -> None:
         traj["state/h"][slot, t + 1] = traj["state/h"][slot, t] + 1 + np.arange(traj["state/h"].shape[2])[:, None]
-        channels.live["acted"][slot] = t
-        channels.actions_ready[worker].put(split)
-        return slot, t
-    raise AssertionError("no request from the rollout worker in time")
+
+    return serve_request(channels, traj, deadline, write_state)
 
 
 def test_rollout_worker_writes_episode_starts_and_hands_the_state_over() -> None:

@@ -13,29 +13,22 @@ from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.agents.batch import gather_batch
 from asyncrl.config import Config
 from asyncrl.envs.null_env import NULL_SPEC
-from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.channels import Channels
 from asyncrl.runtime.plumbing.liveness import NO_OWNER
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
 from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
+from tests.conftest import serve_request
 
 SCRIBBLE = 123.0  # what the "learner" writes into a slot it has been handed (the null env's obs are all 0)
 
 
 def serve(channels: Channels, traj, seen: list[tuple[int, int]], deadline: float) -> tuple[int, int]:
     """Act as the policy worker for one request; return its (slot, t)."""
-    while time.monotonic() < deadline:
-        try:
-            worker, split, slot, t = channels.requests.get(timeout=0.05)
-        except Empty:
-            continue
-        if channels.live["want"][slot] != t:
-            continue
-        traj["actions"][slot, t] = 0
-        channels.live["acted"][slot] = t
-        channels.actions_ready[worker].put(split)
-        seen.append((slot, t))
-        return slot, t
-    raise AssertionError(f"no request from the rollout worker in time (served {seen})")
+    try:
+        seen.append(serve_request(channels, traj, deadline))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (served {seen})") from None
+    return seen[-1]
 
 
 def test_a_full_slot_is_left_alone_by_the_rollout_worker() -> None:
