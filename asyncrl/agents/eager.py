@@ -27,19 +27,13 @@ def _point_lazy_wrappers() -> None:
     candidates = [getattr(_adam.adam, "__wrapped__", None)]
     for cls in (torch.optim.Optimizer, torch.optim.Adam):
         candidates += [getattr(attr, "__func__", attr) for attr in vars(cls).values()]
+    # The functional update is wrapped twice (fallback, then disable): its disabled function is found by closure.
+    candidates += [cell.cell_contents for cell in getattr(_adam.adam, "__closure__", None) or ()]
     for fn in candidates:
         inner = getattr(fn, "__wrapped__", None)
         if getattr(fn, "__code__", None) is wrapper_code and inner is not None:
             if getattr(inner, "__dynamo_disable", None) is None:
                 inner.__dynamo_disable = inner
-    # The functional update is wrapped twice (fallback, then disable): its disabled function is found by closure.
-    for cell in getattr(_adam.adam, "__closure__", None) or ():
-        fn = cell.cell_contents
-        inner = getattr(fn, "__wrapped__", None)
-        if getattr(fn, "__code__", None) is wrapper_code and inner is not None:
-            if getattr(inner, "__dynamo_disable", None) is None:
-                inner.__dynamo_disable = inner
-
 
 _point_lazy_wrappers()
 
