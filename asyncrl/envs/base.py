@@ -215,6 +215,11 @@ class VecEnv(ABC):
     spec: EnvSpec
     info_keys: tuple[str, ...] = ()  # --info-keys: numeric step-info keys recorded at episode ends, where supported
     wants_training_info: bool = False  # its envs define set_training_info(info): a curriculum (see below)
+    # Rows whose last `step` was not an agent step but the env's own reset (a gymnasium VectorEnv in NEXT_STEP
+    # autoreset mode ignores that step's action and returns the next episode's first observation): the caller
+    # leaves them out of training (invalid), does not count them as env steps, and starts an episode at the
+    # observation they wrote. None, or all False, for backends that reset in the same step.
+    skipped: np.ndarray | None = None
 
     def set_training_info(self, info: dict[str, Any]) -> None:
         """Pass the run's progress (frames, env_steps, policy_version, episode_return_mean) to every env that
