@@ -112,6 +112,10 @@ class Config:
     info_keys: str = field(default="", metadata={
         "help": "comma-separated numeric keys of a gymnasium env's step info, recorded at each episode's end as "
                 "info_<key> (mean of the last 100 episodes), e.g. 'distance,coins'"})
+    env_vectorization: str = field(default="auto", metadata={
+        "help": "how a gymnasium id's envs are stepped: auto (as one gymnasium VectorEnv batch where the id has a "
+                "vectorised implementation, e.g. CartPole-v1; else one env at a time) or loop (always one env at a "
+                "time); a module:callable returning a VectorEnv is always batched"})
     # --- sampling ---
     workers: int = field(default_factory=default_workers, metadata={"help": "rollout worker processes"})
     envs_per_worker: int = field(default=0, metadata={
@@ -344,6 +348,8 @@ class Config:
                 f"of a batch")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
+        if self.env_vectorization not in ("auto", "loop"):
+            raise ConfigError(f"--env-vectorization must be auto or loop, got {self.env_vectorization!r}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(f"--precision must be auto, fp32 or bf16 (got {self.precision!r})")
         if self.lr_schedule not in ("kl", "constant", "linear", "auto"):

@@ -115,7 +115,7 @@ def test_atari_training_rewards_are_sign_of_raw() -> None:
 
 def test_cartpole_same_step_autoreset_and_stats() -> None:
     n = 4
-    env = make_vec_env("CartPole-v1", n)
+    env = make_vec_env("CartPole-v1", n, env_vectorization="loop")  # the batched CartPole: test_vector_env.py
     assert env.spec.frameskip == 1 and env.spec.obs_dtype == np.float32 and env.spec.discrete
     obs, rew, done, trunc, final = buffers(env.spec, n)
     env.reset(3, obs)
@@ -212,7 +212,7 @@ def test_unknown_name_suggests_close_matches(name: str, suggestion: str) -> None
     ("name", "message"),
     [
         ("custom_env:make_dict_obs_env", r"Dict observation space whose key 'mode' is Discrete\(3\); asyncrl supports"),
-        ("custom_env:make_not_an_env", "not a gymnasium.Env"),
+        ("custom_env:make_not_an_env", "neither a gymnasium.Env nor a gymnasium.vector.VectorEnv"),
         ("custom_env:no_such_callable", "has no attribute 'no_such_callable'"),
         ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
     ],

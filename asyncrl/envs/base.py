@@ -98,6 +98,7 @@ class EnvSpec:
     frameskip: int  # emulator frames per agent step (1 for non-Atari envs)
     channels_last: bool = False  # the env returns (H, W, C) images; obs_shape is (C, H, W), the backend transposes
     obs_keys: tuple[ObsKey, ...] = ()  # a Dict observation's keys; () for a Box observation
+    batched: bool = False  # stepped as one gymnasium VectorEnv per worker split (asyncrl/envs/vector_env.py)
 
     @property
     def is_dict(self) -> bool:
@@ -229,7 +230,8 @@ class VecEnv(ABC):
 
     @abstractmethod
     def reset(self, seed: int, obs_out: np.ndarray) -> None:
-        """Reset every env (env i seeded with seed + i) and write observations into obs_out[num_envs, ...]."""
+        """Reset every env (env i seeded with seed + i; a batched backend seeds its batch with seed) and write
+        observations into obs_out[num_envs, ...]."""
 
     @abstractmethod
     def step(

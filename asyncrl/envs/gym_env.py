@@ -38,7 +38,11 @@ def gym_env_spec(name: str, env: gym.Env) -> EnvSpec:
     A 3-D observation whose last axis is 1, 3 or 4 and whose first is not is taken as a channels-last image:
     the spec says (C, H, W) and the backend transposes each observation once.
     """
-    obs_space, act_space = env.observation_space, env.action_space
+    return spaces_env_spec(name, env.observation_space, env.action_space)
+
+
+def spaces_env_spec(name: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> EnvSpec:
+    """`gym_env_spec` from one env's observation and action spaces (a VectorEnv's single_* spaces)."""
     is_dict = isinstance(obs_space, gym.spaces.Dict)
     if not (isinstance(obs_space, gym.spaces.Box) or is_dict):
         raise EnvError(f"env {name!r} has a {type(obs_space).__name__} observation space; {SUPPORTED}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -99,8 +100,16 @@ def _atari_vec(name: str, num_envs: int, training: bool, render_mode: str | None
                        max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
 
 
-def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
-    env = _gym_factory(name, env_kwargs=env_kwargs)()
+def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
+    made = _gym_maker(name, None, env_kwargs, env_vectorization)(1)
+    if isinstance(made, gym.vector.VectorEnv):
+        from asyncrl.envs.vector_env import vector_env_spec
+
+        try:
+            return vector_env_spec(name, made)
+        finally:
+            made.close()
+    env = _check_env(name, made)
     try:
         return gym_env_spec(name, env)
     finally:
@@ -108,8 +117,27 @@ def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
 
 
 def _gym_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-             env_kwargs: dict[str, Any] | None = None) -> VecEnv:
-    return GymVecEnv(name, _gym_factory(name, render_mode, env_kwargs), num_envs)
+             env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> VecEnv:
+    make = _gym_maker(name, render_mode, env_kwargs, env_vectorization)
+    made = make(num_envs)
+    if isinstance(made, gym.vector.VectorEnv):
+        from asyncrl.envs.vector_env import VectorVecEnv
+
+        return VectorVecEnv(name, lambda n: made, num_envs)
+    first = [_check_env(name, made)]  # the first env is the one just made; the others are made as it was
+
+    def factory() -> gym.Env:
+        return first.pop() if first else _check_env(name, make(1))
+
+    return GymVecEnv(name, factory, num_envs)
+
+
+def _check_env(name: str, made: object) -> gym.Env:
+    if not isinstance(made, gym.Env):
+        from asyncrl.envs.vector_env import check_vector_env
+
+        check_vector_env(name, made, 1)  # raises: neither an Env nor a VectorEnv
+    return made  # type: ignore[return-value]
 
 
 def is_mujoco(name: str) -> bool:
@@ -127,8 +155,9 @@ BACKENDS: list[Backend] = [
             train_options=("env_threads", "max_episode_frames"), family="atari"),
     Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
             family="mujoco", info_keys=True),
-    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
-            info_keys=True),  # a registered gymnasium id or module:callable
+    # a registered gymnasium id (batched where it has a vectorised implementation) or module:callable
+    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", _gym_spec, _gym_vec,
+            options=("env_kwargs", "env_vectorization"), info_keys=True),
 ]
 
 
@@ -142,6 +171,9 @@ def check_env_options(cfg: Config) -> None:
     backend = backend_for(cfg.env)
     if parse_info_keys(cfg.info_keys) and not backend.info_keys:
         raise ConfigError(f"--info-keys applies to gymnasium ids and module:callable envs, not {cfg.env!r}; drop it")
+    if cfg.env_vectorization != "auto" and "env_vectorization" not in backend.options:
+        raise ConfigError(f"--env-vectorization applies to gymnasium ids and module:callable envs, not {cfg.env!r}; "
+                          f"drop it")
     if cfg.doom_measurements and "doom_measurements" not in backend.options:
         raise ConfigError(f"--doom-measurements applies to doom_<scenario> envs, not {cfg.env!r}; drop it")
 
@@ -217,16 +249,29 @@ def _is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
     return str(spec.entry_point).startswith("ale_py")
 
 
-def _gym_factory(name: str, render_mode: str | None = None,
-                 env_kwargs: dict[str, Any] | None = None) -> Callable[[], gym.Env]:
+def _gym_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
+               vectorization: str = "auto") -> Callable[[int], object]:
+    """make(n): env `name` as a gymnasium VectorEnv of n envs where it is batched (an id's vectorised
+    implementation under --env-vectorization auto, when nothing is rendered; a module:callable returning one),
+    otherwise one gymnasium.Env (n ignored)."""
     spec = gym.registry.get(name)
     if spec is not None:
         if _is_ale(spec):
             raise _use_atari(name, spec)
-        return lambda: _make_gym(name, render_mode, env_kwargs)
+        if vectorization == "auto" and spec.vector_entry_point is not None and render_mode is None:
+            return lambda n: _make_gym_vec(name, n, env_kwargs)
+        return lambda n: _make_gym(name, render_mode, env_kwargs)
     if ":" in name:
-        return _custom_factory(name, render_mode, env_kwargs)
+        return _custom_maker(name, render_mode, env_kwargs, vectorization)
     raise _unknown(name)
+
+
+def _make_gym_vec(name: str, num_envs: int, env_kwargs: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
+    try:
+        return gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **(env_kwargs or {}))
+    except (gym.error.Error, TypeError) as e:
+        raise EnvError(f"cannot make gymnasium vector env {name!r}: {_first_line(e)}; --env-vectorization loop "
+                       f"steps its envs one at a time") from e
 
 
 def _make_gym(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
@@ -241,8 +286,9 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).splitlines() or [""])[0]
 
 
-def _custom_factory(name: str, render_mode: str | None = None,
-                    env_kwargs: dict[str, Any] | None = None) -> Callable[[], gym.Env]:
+def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
+                  vectorization: str = "auto") -> Callable[[int], object]:
+    """make(n) for `module:callable`: the callable's result (called with num_envs=n where it takes that argument)."""
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise EnvError(f"custom env {name!r} must be given as module:callable")
@@ -253,7 +299,7 @@ def _custom_factory(name: str, render_mode: str | None = None,
     except ImportError as e:
         raise EnvError(f"cannot import module {module_name!r} for env {name!r}: {e}") from e
     if attr in gym.registry:  # gymnasium's own `module:EnvId` form (the import registered the id)
-        return _gym_factory(attr, render_mode, env_kwargs)
+        return _gym_maker(attr, render_mode, env_kwargs, vectorization)
     obj = module
     for part in attr.split("."):
         try:
@@ -261,23 +307,27 @@ def _custom_factory(name: str, render_mode: str | None = None,
         except AttributeError:
             raise EnvError(f"module {module_name!r} has no attribute {attr!r} (env {name!r})") from None
     if not callable(obj):
-        raise EnvError(f"{name!r} is not callable; it should return a gymnasium.Env")
-    make: Callable[[], object] = obj
-
+        raise EnvError(f"{name!r} is not callable; it should return a gymnasium.Env or a gymnasium.vector.VectorEnv")
+    call: Callable[..., object] = obj
     kwargs = dict(env_kwargs or {})
+    sized = _takes_num_envs(call) and "num_envs" not in kwargs
 
-    def factory() -> gym.Env:
+    def make(num_envs: int) -> object:
         try:
-            env = make(**kwargs)
+            return call(**kwargs, **({"num_envs": num_envs} if sized else {}))
         except TypeError as e:
             if not kwargs:
                 raise
             raise EnvError(f"{name!r} does not take --env-kwargs {kwargs}: {_first_line(e)}") from e
-        if not isinstance(env, gym.Env):
-            raise EnvError(f"{name!r} returned a {type(env).__name__}, not a gymnasium.Env")
-        return env
 
-    return factory
+    return make
+
+
+def _takes_num_envs(call: Callable[..., object]) -> bool:
+    try:
+        return "num_envs" in inspect.signature(call).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
 
 
 def _use_atari(name: str, spec: gym.envs.registration.EnvSpec) -> EnvError:

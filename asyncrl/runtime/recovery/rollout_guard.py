@@ -21,7 +21,7 @@ from typing import NoReturn
 import numpy as np
 
 from asyncrl.config import Config
-from asyncrl.envs.base import EnvBroken, EnvFault, VecEnv
+from asyncrl.envs.base import EnvBroken, EnvError, EnvFault, VecEnv
 from asyncrl.envs.registry import make_vec_env
 from asyncrl.runtime.plumbing.channels import Channels, Full, report
 from asyncrl.runtime.plumbing.liveness import NO_OWNER
@@ -51,6 +51,8 @@ class RolloutGuard:
             self.envs = [make_vec_env(cfg, cfg.envs_per_split, training=True) for _ in range(cfg.worker_splits)]
             for env in self.envs:
                 env.info_keys = cfg.info_key_names
+        except EnvError as exc:  # bad input: a callable that returns no env, or a VectorEnv of the wrong size
+            self.fatal(str(exc), exit_code=2)
         except Exception as exc:
             self.fatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}")
         return self.envs

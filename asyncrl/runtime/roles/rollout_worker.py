@@ -94,6 +94,10 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             guard.begin(split, slot)
             continue
         np.logical_or(terminated[slot, t], truncated[slot, t], out=first[slot, t + 1])  # episode ends -> starts
+        agent_steps = cfg.envs_per_split
+        skipped = envs[split].skipped
+        if skipped is not None and skipped.any():  # the env's own reset steps (NEXT_STEP): not agent steps
+            agent_steps -= _skip(skipped, valid[slot, t], first[slot, t + 1])
         if faults[split]:
             stats.add("env_errors", guard.replaced(split, slot, t))
         t2 = time.monotonic()
@@ -103,7 +107,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
                                       (e.ret, e.length, e.truncated, e.extra) for e in finished])
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
-        stats.add("env_steps", cfg.envs_per_split)
+        stats.add("env_steps", agent_steps)
         t += 1
         if t == cfg.rollout:
             carry[split][...] = obs[slot, t]  # the bootstrap observation starts the next trajectory
@@ -139,6 +143,13 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
                 for s in curricula:
                     envs[s].set_training_info(info)
     _close(envs)
+
+
+def _skip(skipped: np.ndarray, valid: np.ndarray, first: np.ndarray) -> int:
+    """Leave the rows of a reset step out of training and start their episodes at the next observation; how many."""
+    np.logical_and(valid, ~skipped, out=valid)
+    np.logical_or(first, skipped, out=first)
+    return int(skipped.sum())
 
 
 def _keep_final_obs(slot: int, t: int, truncated: np.ndarray, scratch: np.ndarray, final_obs: np.ndarray,
