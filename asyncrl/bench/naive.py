@@ -60,10 +60,17 @@ def env_factory(env: str) -> tuple[Callable[[], gym.Env], int]:
     raise EnvError(f"naive mode runs gymnasium ids and atari_<game>, not {env!r}")
 
 
-def make_envs(env: str, num_envs: int) -> tuple[gym.vector.AsyncVectorEnv, EnvSpec]:
+def make_envs(env: str, num_envs: int, batched: bool = False) -> tuple[gym.vector.VectorEnv, EnvSpec]:
+    """AsyncVectorEnv of `num_envs` processes, or (`batched`) the id's own VectorEnv in this process."""
     factory, frameskip = env_factory(env)
-    envs = gym.vector.AsyncVectorEnv([factory] * num_envs, shared_memory=True,
-                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if batched:
+        spec = gym.registry.get(env)
+        if spec is None or spec.vector_entry_point is None:
+            raise EnvError(f"naive_vector runs gymnasium ids with a vectorised implementation, not {env!r}")
+        envs: gym.vector.VectorEnv = gym.make_vec(env, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    else:
+        envs = gym.vector.AsyncVectorEnv([factory] * num_envs, shared_memory=True,
+                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if not isinstance(act_space, gym.spaces.Discrete):
         envs.close()
@@ -75,7 +82,7 @@ def make_envs(env: str, num_envs: int) -> tuple[gym.vector.AsyncVectorEnv, EnvSp
 class NaivePPO:
     """Synchronous PPO: `iterate()` collects one batch, then trains on it. Stage times accumulate."""
 
-    def __init__(self, envs: gym.vector.AsyncVectorEnv, spec: EnvSpec, s: BenchSettings, seed: int = 0,
+    def __init__(self, envs: gym.vector.VectorEnv, spec: EnvSpec, s: BenchSettings, seed: int = 0,
                  gae_lambda: float = 0.95):
         import torch
 
@@ -239,7 +246,8 @@ def timed_windows(step: Callable[[], int], window_s: float, count: int) -> list[
 
 
 def run_naive(s: BenchSettings, seed: int = 0) -> dict[str, Any]:
-    envs, spec = make_envs(s.env, s.workers)  # fork the env processes before torch starts its threads
+    # Fork the env processes before torch starts its threads (naive_vector: one VectorEnv, no processes).
+    envs, spec = make_envs(s.env, s.workers, batched=s.mode == "naive_vector")
     try:
         ppo = NaivePPO(envs, spec, s, seed)
         threads = ppo.tune_threads(sorted({1, usable_cpus()}))

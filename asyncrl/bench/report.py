@@ -12,6 +12,8 @@ def _num(x: float | None, fmt: str = ",.0f") -> str:
 def layout(r: dict[str, Any]) -> str:
     if r["mode"] == "naive":
         return f"{r['workers']} envs (1 process each)"
+    if r["mode"] == "naive_vector":
+        return f"{r['workers']:,} envs (one VectorEnv)"
     return f"{r['workers']} x {r['envs_per_worker']}"
 
 

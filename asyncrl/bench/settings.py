@@ -13,6 +13,8 @@ MODES: dict[str, str] = {
             "reported as microseconds per agent step per core",
     "naive": "the usual baseline: gymnasium AsyncVectorEnv (shared memory, one process per env) and one "
              "synchronous collect-then-train PPO loop with the same model, batch and minibatches",
+    "naive_vector": "the naive loop on the env's own batched implementation (gymnasium's vector_entry_point, one "
+                    "process, numpy-batched; CleanRL's shape at thousands of envs), --workers envs in one VectorEnv",
     "replay": "replay-buffer insert and sample transitions/s at --replay-capacity (default 1M), uniform and "
               "prioritized, Pendulum-like (3 float32) and Atari-like (84x84 uint8) observations, and the time "
               "of one prioritized-replay update of 256 priorities (in this process; --env is ignored)",
@@ -28,6 +30,11 @@ REF_ROLLOUT = 32
 REF_BATCH = 1024
 NULL_WIDE_ENVS_PER_WORKER = 64  # the null env's second layout: 32 envs per request amortise per-message costs
 NAIVE_ENVS = 8  # AsyncVectorEnv processes for the naive loop (rollout = batch / envs)
+# The batched rows: CartPole-v1 through its VectorEnv at the scaling guide's 4,096 envs (2 workers x 2 splits of
+# 1,024), one rollout of 16 steps of every env a batch; the naive loop steps the same 4,096 envs in one VectorEnv.
+BATCHED_ENV = "CartPole-v1"
+BATCHED_LAYOUT = {"workers": 2, "envs_per_worker": 2048, "rollout": 16, "batch_size": 65536, "minibatches": 4}
+BATCHED_ENVS = 4096
 REPLAY_CAPACITY = 1_000_000
 REPLAY_FILL_GIB = 1.0  # memory each replay buffer may touch when first filled (the capacity stays)
 REPLAY_SECONDS = 5.0  # replay mode alone: measured seconds per figure (10 figures)

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncrl.bench.machine import load_average, usable_cpus
-from asyncrl.bench.settings import NAIVE_ENVS, NULL_WIDE_ENVS_PER_WORKER, BenchSettings
+from asyncrl.bench.settings import (
+    BATCHED_ENV,
+    BATCHED_ENVS,
+    BATCHED_LAYOUT,
+    NAIVE_ENVS,
+    NULL_WIDE_ENVS_PER_WORKER,
+    BenchSettings,
+)
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
@@ -58,10 +65,15 @@ def modes_for(env: str, quick: bool) -> tuple[str, ...]:
     return ENV_MODES
 
 
+BATCHED_MODES = ("sampler", "train", "naive_vector")
+BATCHED_GROUP = f"{BATCHED_ENV} x {BATCHED_ENVS:,} envs (batched)"
+
+
 @dataclass(frozen=True)
 class Step:
     settings: BenchSettings
     scaling: bool = False  # a point of the sampler scaling curve
+    group: str = ""  # the rows compared with each other (ratios); "" for the env's own rows
 
 
 def scaling_points(cpus: int) -> list[int]:
@@ -91,6 +103,12 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
             steps.append(Step(base.for_mode(mode, **changes)))
             if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
                 steps.append(Step(base.for_mode("sf2_train", **changes, extra_trainer_args=())))  # not its flags
+    if BATCHED_ENV in envs:  # the guide's 4,096 envs through the batched backend, and the naive loop on them
+        for mode in BATCHED_MODES:
+            layout = {**BATCHED_LAYOUT, **({"workers": BATCHED_ENVS, "envs_per_worker": 1}
+                                           if mode == "naive_vector" else {})}
+            steps.append(Step(base.for_mode(mode, env=BATCHED_ENV, **layout, **timing(mode, quick),
+                                            **(overrides or {})), group=BATCHED_GROUP))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
@@ -132,6 +150,7 @@ def run_step(step: Step, log=print) -> dict[str, Any]:
         record = {"env": s.env, "mode": s.mode, "workers": s.workers, "envs_per_worker": s.envs_per_worker,
                   "sps": None, "fps": None, "repeats": 0, "error": f"exit code {proc.returncode}"}
     record["scaling"] = step.scaling
+    record["group"] = step.group or record["env"]
     record["step_wall_s"] = round(time.monotonic() - started, 1)  # start-up and stop included
     return record
 
@@ -147,9 +166,12 @@ def last_record(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def find(records: list[dict[str, Any]], env: str, mode: str) -> dict[str, Any] | None:
-    return next((r for r in records if r["env"] == env and r["mode"] == mode and not r.get("scaling")
-                 and r.get("sps")), None)
+def find(records: list[dict[str, Any]], group: str, mode: str) -> dict[str, Any] | None:
+    """The measured record of `mode` among the rows of `group` (an env's own rows: the env's name); "naive" also
+    finds a group's naive_vector row."""
+    modes = (mode, "naive_vector") if mode == "naive" else (mode,)
+    return next((r for r in records if r.get("group", r["env"]) == group and r["mode"] in modes
+                 and not r.get("scaling") and r.get("sps")), None)
 
 
 def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
@@ -167,7 +189,8 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
     row per env."""
     rows = []
-    for env in dict.fromkeys(r["env"] for r in records if r["mode"] not in ("null", "replay", "sf2_train")):
+    for env in dict.fromkeys(r.get("group", r["env"]) for r in records
+                             if r["mode"] not in ("null", "replay", "sf2_train")):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
                "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": same_device_ratio(train, naive),

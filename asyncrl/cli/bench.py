@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 from asyncrl.bench.settings import (
+    BATCHED_ENVS,
     MODES,
     NAIVE_ENVS,
     REF_BATCH,
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the short suite (3 windows of 3 s per figure, 5 s for train)")
     p.add_argument("--workers", type=int, default=None,
                    help=f"rollout workers, or env_only processes (default {REF_WORKERS}); naive: env processes "
-                        f"(default {NAIVE_ENVS})")
+                        f"(default {NAIVE_ENVS}); naive_vector: envs in its VectorEnv (default {BATCHED_ENVS})")
     p.add_argument("--envs-per-worker", type=int, default=REF_ENVS_PER_WORKER,
                    help=f"envs per worker, in 2 splits (default {REF_ENVS_PER_WORKER})")
     p.add_argument("--rollout", type=int, default=REF_ROLLOUT, help=f"trajectory length (default {REF_ROLLOUT})")
@@ -85,7 +86,7 @@ def settings_from(args: argparse.Namespace, trainer_args: list[str]) -> BenchSet
     mode = args.mode or "sampler"
     return BenchSettings(
         env=args.env or "atari_pong", mode=mode,
-        workers=args.workers or (NAIVE_ENVS if mode == "naive" else REF_WORKERS),
+        workers=args.workers or {"naive": NAIVE_ENVS, "naive_vector": BATCHED_ENVS}.get(mode, REF_WORKERS),
         envs_per_worker=args.envs_per_worker, rollout=args.rollout, batch_size=args.batch_size,
         minibatches=args.minibatches, epochs=args.epochs, hidden_size=args.hidden_size,
         seconds=args.seconds or (REPLAY_SECONDS if mode == "replay" else 15.0), repeats=args.repeats or 3,
@@ -100,7 +101,7 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
 
     if s.mode == "env_only":
         from asyncrl.bench.env_only import run_env_only as run
-    elif s.mode == "naive":
+    elif s.mode in ("naive", "naive_vector"):
         from asyncrl.bench.naive import run_naive as run
     elif s.mode == "replay":
         from asyncrl.bench.replay import run_replay as run

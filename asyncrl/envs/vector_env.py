@@ -116,9 +116,12 @@ class VectorVecEnv(VecEnv):
                 fresh, _ = self.env.reset(options={"reset_mask": ended})
                 rows = np.flatnonzero(ended)
                 self._write_rows(obs_out, rows, fresh, "the reset observation")
-        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i]), bool(truncated_out[i]),
-                              episode_extras(_env_info(info, i), self.info_keys) if info else None)
-                 for i in np.flatnonzero(ended)]
+        rows = np.flatnonzero(ended)
+        stats = [EpisodeStats(*episode) for episode in zip(self._ret[rows].tolist(), self._len[rows].tolist(),
+                                                            truncated_out[rows].tolist())]
+        if info:
+            for i, episode in zip(rows.tolist(), stats):
+                episode.extra = episode_extras(_env_info(info, i), self.info_keys)
         self._ret[ended] = 0.0
         self._len[ended] = 0
         return stats
