@@ -65,6 +65,7 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
 
 
 LOCKSTEP_ONES = ("workers", "worker_splits", "policy_workers")  # what --deterministic sets to 1
+SERIAL_ONES = ("policy_workers",)  # what --serial sets to 1 (its envs keep the --workers x --worker-splits layout)
 # The APPO learner applies --normalize-returns and --value-transform (asyncrl/algo/return_norm.py,
 # value_transform.py); validate() refuses them where a learner does not.
 VALUE_SCALING_IN_LEARNER = True
@@ -221,6 +222,9 @@ class Config:
         "help": "reproducible learning: one rollout worker, one split and one policy worker in lockstep with the "
                 "learner, one torch thread, deterministic torch algorithms (see docs/configuration.md)"})
     resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
+    serial: bool = field(default=False, metadata={
+        "help": "run env stepping, inference and learning in this one process, with no child process (for "
+                "debuggers, and machines that cannot fork; slower; see docs/configuration.md)"})
     learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
     policy_nice: int = field(default=5, metadata={
         "help": "niceness added to policy workers: the learner gets contended cores first (0: off)"})
@@ -311,6 +315,8 @@ class Config:
                 if getattr(self, name) != 1:
                     raise ConfigError(f"--deterministic runs one rollout worker, split and policy worker; drop "
                                       f"--{name.replace('_', '-')} {getattr(self, name)}")
+        if self.serial:
+            self._validate_serial()
         for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
                      "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers"):
             if getattr(self, name) < 1:
@@ -342,10 +348,11 @@ class Config:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be a multiple of rollout x envs per split = {chunk} "
                 f"(each trajectory holds {chunk} samples); try --batch-size {good}")
-        if self.trajectories_per_batch % self.minibatches:
+        columns = self.trajectories_per_batch * self.envs_per_split  # a minibatch is a set of whole env columns
+        if columns % self.minibatches:
             raise ConfigError(
-                f"--minibatches {self.minibatches} must divide the {self.trajectories_per_batch} trajectories "
-                f"of a batch")
+                f"--minibatches {self.minibatches} must divide the {columns} env columns of a batch "
+                f"({self.trajectories_per_batch} trajectories x {self.envs_per_split} envs)")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
         if self.env_vectorization not in ("auto", "loop"):
@@ -358,6 +365,18 @@ class Config:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
         self._validate_around_run()
         self._validate_scaling()
+
+    def _validate_serial(self) -> None:
+        """--serial runs everything in this process: one inference path, and no torchrun group."""
+        from asyncrl.scaling import world_size
+
+        if world_size() > 1:
+            raise ConfigError(f"--serial runs in one process, but torchrun started {world_size()} ranks; launch "
+                              f"asyncrl-train without torchrun, or drop --serial")
+        for name in SERIAL_ONES:
+            if getattr(self, name) != 1:
+                raise ConfigError(f"--serial acts in its one process (no policy worker processes); drop "
+                                  f"--{name.replace('_', '-')} {getattr(self, name)}")
 
     def _validate_around_run(self) -> None:
         """Evaluation, eval videos and W&B: flag values and the optional packages they need."""

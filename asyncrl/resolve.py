@@ -21,6 +21,7 @@ from asyncrl.config import (
     LOCKSTEP_ONES,
     PPO_ONLY,
     REPLAY_ONLY,
+    SERIAL_ONES,
     Config,
     ConfigError,
     applies_to,
@@ -159,6 +160,8 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
         merged.update(default_lr_rule(merged, explicit, preset))
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
+    if merged.get("serial"):
+        merged.update({k: 1 for k in SERIAL_ONES if k not in explicit})  # validate() refuses a given one
     return Config(**merged).resolve()
 
 
@@ -195,13 +198,15 @@ def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> di
     if scale not in SCALES:
         return {"scale": scale}
     given = {k: explicit[k] for k in ("workers", "envs_per_worker", "rollout", "worker_splits") if k in explicit}
-    return {**scale_settings(scale, given, cores=usable_cpus(), world=world_size(),
-                             fits=_trajectories_fit(settings)), "scale": scale}
+    batched, fits = _trajectories_fit(settings)
+    return {**scale_settings(scale, given, cores=usable_cpus(), world=world_size(), batched=batched, fits=fits),
+            "scale": scale}
 
 
-def _trajectories_fit(settings: dict[str, Any]) -> Any:
-    """fits(workers, envs_per_worker, rollout, splits): the trajectory buffer within 80% of free RAM (as the runner
-    checks); always True when the env cannot be described here (the runner reports that)."""
+def _trajectories_fit(settings: dict[str, Any]) -> tuple[bool, Any]:
+    """(the env is batched, fits(workers, envs_per_worker, rollout, splits): the trajectory buffer within 80% of
+    free RAM, as the runner checks); (False, always True) when the env cannot be described here (the runner
+    reports that)."""
     try:
         from asyncrl.envs.registry import make_env_spec
         from asyncrl.models.registry import state_layout
@@ -211,14 +216,14 @@ def _trajectories_fit(settings: dict[str, Any]) -> Any:
         state = state_layout(Config(**{k: settings[k] for k in ("rnn", "rnn_size", "rnn_layers") if k in settings}))
         available = available_memory()
     except Exception:  # a bad env name: the runner says so with its own one-line error
-        return lambda workers, envs, rollout, splits: True
+        return False, lambda workers, envs, rollout, splits: True
 
     def fits(workers: int, envs: int, rollout: int, splits: int) -> bool:
         cfg = Config(workers=workers, envs_per_worker=envs, rollout=rollout, worker_splits=splits,
                      batch_size=workers * envs * rollout)
         return trajectory_bytes(cfg, spec, state) <= 0.8 * available  # with the recurrent state columns
 
-    return fits
+    return spec.batched, fits
 
 
 def read_config_file(path: str) -> dict[str, Any]:

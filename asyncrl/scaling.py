@@ -45,14 +45,15 @@ def world_size(environ: dict[str, str] | None = None) -> int:
         return 1
 
 
-def scale_settings(scale: str, given: dict[str, Any], *, cores: int, world: int = 1,
+def scale_settings(scale: str, given: dict[str, Any], *, cores: int, world: int = 1, batched: bool = False,
                    fits: Callable[[int, int, int, int], bool] = lambda w, e, t, s: True) -> dict[str, Any]:
     """The settings `--scale` gives (the caller lays the explicitly given ones over them).
 
     Envs per rank = the preset's envs / ranks, hosted by up to WORKERS_PER_CORE x cores workers of at most
-    MAX_ENVS_PER_WORKER envs each, halved while `fits(workers, envs_per_worker, rollout, splits)` says the
-    trajectory buffer would not fit in memory. Given `workers`, `envs_per_worker`, `rollout`, `worker_splits`
-    are respected; batch_size = workers x envs_per_worker x rollout (one rollout of every env of this rank).
+    MAX_ENVS_PER_WORKER envs each (a `batched` env, one VectorEnv call per split step: one worker a core and no
+    cap), halved while `fits(workers, envs_per_worker, rollout, splits)` says the trajectory buffer would not
+    fit in memory. Given `workers`, `envs_per_worker`, `rollout`, `worker_splits` are respected; batch_size =
+    workers x envs_per_worker x rollout (one rollout of every env of this rank).
     """
     preset = SCALES[scale]
     out = {k: v for k, v in preset.items() if k != "envs"}
@@ -61,12 +62,12 @@ def scale_settings(scale: str, given: dict[str, Any], *, cores: int, world: int 
     per_rank = max(splits, preset["envs"] // max(world, 1))
     workers = given.get("workers")
     if workers is None:
-        workers = max(1, min(WORKERS_PER_CORE * max(cores, 1), per_rank // splits))
+        workers = max(1, min((1 if batched else WORKERS_PER_CORE) * max(cores, 1), per_rank // splits))
         while per_rank % (workers * splits):
             workers -= 1
     envs = given.get("envs_per_worker")
     if envs is None:
-        envs = min(MAX_ENVS_PER_WORKER, per_rank // workers)
+        envs = per_rank // workers if batched else min(MAX_ENVS_PER_WORKER, per_rank // workers)
         envs = max(splits, envs - envs % splits)
         while envs > splits and not fits(workers, envs, rollout, splits):
             envs = max(splits, (envs // 2) - (envs // 2) % splits)
@@ -85,7 +86,7 @@ def scale_note(scale: str, workers: int, envs_per_worker: int, world: int = 1) -
     ranks = f" x {world} ranks" if world > 1 else ""
     return (f"scaling: --scale {scale} asks for {want:,} envs; this machine hosts {have:,} ({workers} workers x "
             f"{envs_per_worker} envs{ranks}: at most {WORKERS_PER_CORE} workers a core, {MAX_ENVS_PER_WORKER} envs "
-            f"a worker, trajectories within 80% of free RAM), so the run uses {have:,}")
+            f"a worker unless the env is batched, trajectories within 80% of free RAM), so the run uses {have:,}")
 
 
 def lr_factor(rule: str, global_batch: int, reference: int) -> float:

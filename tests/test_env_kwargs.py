@@ -98,5 +98,5 @@ def test_the_scale_memory_estimate_makes_the_env_with_its_kwargs(monkeypatch: py
     large = trajectory_bytes(cfg, make_env_spec(env, env_kwargs={"size": 120}))
     assert large > 2 * small
     monkeypatch.setattr(resolve, "available_memory", lambda: (small + large) / 2 / 0.8)  # room for the small only
-    assert resolve._trajectories_fit({"env": env})(2, 4, 16, 2)
-    assert not resolve._trajectories_fit({"env": env, "env_kwargs": json.dumps({"size": 120})})(2, 4, 16, 2)
+    assert resolve._trajectories_fit({"env": env})[1](2, 4, 16, 2)
+    assert not resolve._trajectories_fit({"env": env, "env_kwargs": json.dumps({"size": 120})})[1](2, 4, 16, 2)

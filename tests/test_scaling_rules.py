@@ -171,3 +171,14 @@ def test_resume_does_not_scale_twice(tmp_path: Path) -> None:
     off = parse_command_line(["--resume", "--experiment", "s", "--env", "CartPole-v1", "--train-dir",
                               str(tmp_path), "--lr-scaling", "none"]).config
     assert off.lr == pytest.approx(1e-4)
+
+
+def test_a_batched_env_hosts_the_full_medium_and_large_env_counts() -> None:
+    for scale, envs in (("medium", 4096), ("large", 65_536)):
+        s = scale_settings(scale, {}, cores=2, batched=True)  # one VectorEnv call a split step: no 256 cap
+        assert s["workers"] == 2 and s["workers"] * s["envs_per_worker"] == envs
+    cfg = parse("--env", "CartPole-v1", "--scale", "large")  # CartPole-v1 is batched (its vector_entry_point)
+    assert cfg.workers * cfg.envs_per_worker == 65_536 and cfg.batch_size == 65_536 * 16
+    assert scale_note("large", cfg.workers, cfg.envs_per_worker) is None
+    loop = parse("--env", "CartPole-v1", "--env-vectorization", "loop", "--scale", "large")
+    assert loop.envs_per_worker == MAX_ENVS_PER_WORKER

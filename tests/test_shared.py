@@ -508,7 +508,7 @@ BASE = {"workers": 4, "envs_per_worker": 4, "worker_splits": 2, "rollout": 32, "
     ({"envs_per_worker": 2, "worker_splits": 4}, "does not divide into --worker-splits"),
     ({"batch_size": 1000}, "try --batch-size 1024"),  # 32 steps x 2 envs = 64 samples per trajectory
     ({"batch_size": 10}, "try --batch-size 64"),
-    ({"batch_size": 192, "minibatches": 2}, "--minibatches 2 must divide the 3 trajectories"),
+    ({"batch_size": 192, "minibatches": 4}, "--minibatches 4 must divide the 6 env columns of a batch (3 traj"),
     ({"device": "tpu"}, "--device must be auto, cpu or cuda"),
     ({"lr_schedule": "linear"}, "needs --frames"),
     ({"lr_schedule": "cosine"}, "--lr-schedule must be kl, constant, linear or auto"),
