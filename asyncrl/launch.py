@@ -1,8 +1,8 @@
 """One way to start a training, shared by `asyncrl-train` and `asyncrl.train()`: take this rank's settings (under
 torchrun), validate, check that this process may fork, print what changed on --resume, then run the Runner in this
-process.
+process (with --serial: the serial loop, `asyncrl.runtime.serial`, which forks nothing).
 
-Torch-free, like the runner it starts.
+Torch-free, like the runner it starts (the serial loop imports torch itself).
 """
 
 from __future__ import annotations
@@ -124,24 +124,31 @@ def run(cfg: Config, out: Callable[..., None] = print,
     """
     given = cfg
     cfg, ranks = for_this_rank(given)  # under torchrun: this rank's seed, device, run dir (a new Config)
-    validate(cfg)
-    check_can_fork()
+    validate(cfg)  # --serial under torchrun is refused here
+    if not cfg.serial:  # the serial loop forks nothing
+        check_can_fork()
     for change in resume_changes(given):  # settings the command line changed from the saved run's
         out(change, flush=True)
     if given.device.startswith("cuda"):  # as given: a rank's auto may have become a GPU its probe found
-        require_cuda()
+        require_cuda(in_process=cfg.serial)
     if ranks is not None:
         ranks.announce(cfg)  # from here on every line this process prints starts with its rank
-    from asyncrl.runtime.roles.runner import Runner
+    if cfg.serial:
+        from asyncrl.runtime.serial import SerialRun
 
-    runner = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
-    check_env_left_cuda_alone(cfg.env)
-    check_model_env(cfg, runner.spec)  # --encoder fits the env (a user's module: built in a forked child)
+        engine: Any = SerialRun(cfg, out, callbacks)  # builds the env once
+    else:
+        from asyncrl.runtime.roles.runner import Runner
+
+        engine = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
+        check_env_left_cuda_alone(cfg.env)
+    check_model_env(cfg, engine.spec, fork=not cfg.serial)  # --encoder fits the env (a user's module)
     for line in scaling_lines(cfg):
         out(line, flush=True)
+    processes = ("in this one process (--serial)" if cfg.serial else f"{cfg.policy_workers} policy worker(s)")
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
-        f"{cfg.policy_workers} policy worker(s), batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
-    return runner.run(), runner.stop_reason, cfg
+        f"{processes}, batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
+    return engine.run(), engine.stop_reason, cfg
 
 
 def validate(cfg: Config) -> None:
@@ -166,8 +173,15 @@ def scaling_lines(cfg: Config) -> list[str]:
     return [note, line] if note else [line]
 
 
-def require_cuda() -> None:
-    """Probe CUDA in a subprocess: the runner itself must not initialise it (the workers are forked)."""
-    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
-    if subprocess.run([sys.executable, "-c", probe]).returncode:
+def require_cuda(in_process: bool = False) -> None:
+    """Probe CUDA in a subprocess: the runner itself must not initialise it (the workers are forked). With
+    `in_process` (--serial, which forks nothing and starts no child) it is asked here."""
+    if in_process:
+        import torch
+
+        available = torch.cuda.is_available()
+    else:
+        probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+        available = subprocess.run([sys.executable, "-c", probe]).returncode == 0
+    if not available:
         raise ConfigError("--device cuda: no CUDA device is available; use --device auto or cpu")

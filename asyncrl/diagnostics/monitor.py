@@ -33,7 +33,8 @@ def verdict_changed(last_printed: str | None, current: str | None) -> bool:
 
 
 class RunMonitor:
-    def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print):
+    def __init__(self, cfg: Config, spec: EnvSpec, out: Callable[..., None] = print, gpu: bool = True):
+        """`gpu`: sample GPU utilisation with nvidia-smi (a child process per record; the serial loop starts none)."""
         self.cfg, self.out = cfg, out
         categorical = spec.discrete or spec.multi_discrete or (spec.is_tuple and not spec.gaussian_dims)
         self.thresholds = Thresholds(entropy_floor=entropy_floor(categorical, spec.num_actions),
@@ -41,7 +42,7 @@ class RunMonitor:
                                      q_divergence_min_updates=critic_settle_updates(cfg.gamma, cfg.tau))
         self.processes = ProcessSampler()
         psutil.cpu_percent(None)  # start the machine-wide CPU clock
-        self.gpu = GpuSampler(enabled=cfg.device != "cpu", device=cfg.device)  # this run's GPU only
+        self.gpu = GpuSampler(enabled=gpu and cfg.device != "cpu", device=cfg.device)  # this run's GPU only
         self._queue_sums: dict[str, float] = {}
         self._queue_samples = 0
         self._early: list[dict[str, Any]] = []

@@ -11,13 +11,22 @@ from asyncrl.config import Config, ConfigError
 from asyncrl.models.registry import check_encoder_env, is_user_encoder
 
 
-def check_model_env(cfg: Config, spec: Any) -> None:
+def check_model_env(cfg: Config, spec: Any, fork: bool = True) -> None:
     """Once the env is known (`spec`, an `EnvSpec`), before anything is written: ConfigError (one line) for a built-in
     image encoder on an env without images, or a user's --encoder that cannot be built or whose output does not
     fit. A user's module needs torch, which this (torch-free) process does not load: it is built on a dummy batch
-    in a forked child, whose verdict comes back through a pipe."""
+    in a forked child, whose verdict comes back through a pipe; with `fork` False (--serial, which loads torch
+    anyway) it is built in this process."""
     check_encoder_env(cfg, spec.obs_shape, spec.has_image, spec.is_dict)
     if not is_user_encoder(cfg.encoder):
+        return
+    if not fork:
+        try:
+            message = _build_model_here(cfg, spec)
+        except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, one line
+            message = f"--encoder {cfg.encoder}: building the model failed: {type(exc).__name__}: {exc}"
+        if message:
+            raise ConfigError(message.splitlines()[0])
         return
     read, write = os.pipe()
     pid = os.fork()

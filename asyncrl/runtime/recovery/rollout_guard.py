@@ -30,6 +30,13 @@ EXIT_ENV_ERRORS = 3  # exit code of a rollout worker whose envs broke and that c
 FATAL_PUT_TIMEOUT_S = 10.0
 
 
+def split_seed(cfg: Config, split: int, generation: int = 0, errors: int = 0) -> int:
+    """The reset seed of the run's split `split` (worker x --worker-splits + its split): the original seeds on a
+    first start, different ones after a worker's restarts (`generation`) and its env errors."""
+    base = cfg.seed * 1_000_003 + split * cfg.envs_per_split
+    return base + 7_919 * (generation * 1_000_003 + errors)
+
+
 class RolloutGuard:
     def __init__(self, worker: int, cfg: Config, channels: Channels, obs: np.ndarray, valid: np.ndarray,
                  slots: list[int], steps: list[int], first: np.ndarray):
@@ -63,9 +70,7 @@ class RolloutGuard:
 
     def seed(self, split: int) -> int:
         """The original seeds on a first start; different ones after restarts and env errors."""
-        cfg = self.cfg
-        base = cfg.seed * 1_000_003 + (self.worker * cfg.worker_splits + split) * cfg.envs_per_split
-        return base + 7_919 * (self.generation * 1_000_003 + self.errors)
+        return split_seed(self.cfg, self.worker * self.cfg.worker_splits + split, self.generation, self.errors)
 
     def begin(self, split: int, slot: int) -> None:
         """Hold `slot` for `split`, reset the split's envs into its first step and ask for actions."""

@@ -90,6 +90,44 @@ def describe_exit(code: int | None) -> str:
     return f"crashed (exit code {code}; its traceback is above)"
 
 
+class EnvErrorRate:
+    """--max-env-error-rate over the last `ENV_ERROR_WINDOW_S`: env instances raising in more of the env steps
+    stop the run (the runner's supervisor, and the serial loop)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.window: deque[tuple[float, int, int]] = deque()  # (time, env steps, env errors)
+
+    def check(self, env_steps: int, errors: int, now: float, last: dict | None = None) -> None:
+        """RunError above the rate; `last` is the newest env_error report (its worker, message, where)."""
+        window = self.window
+        window.append((now, env_steps, errors))
+        while now - window[0][0] > ENV_ERROR_WINDOW_S:
+            window.popleft()
+        t0, steps0, errors0 = window[0]
+        new_errors, new_steps = errors - errors0, env_steps - steps0
+        if new_errors < ENV_ERROR_MIN or new_errors <= self.cfg.max_env_error_rate * new_steps:
+            return
+        last = last or {}
+        raise RunError(
+            f"env {self.cfg.env} raised in {new_errors:,} of {new_steps:,} env steps over the last {now - t0:.0f} s "
+            f"({new_errors / max(new_steps, 1):.1%}, above --max-env-error-rate {self.cfg.max_env_error_rate:g}); "
+            f"the last: rollout-{last.get('worker', '?')}: {last.get('message', '?')} in {last.get('where', '?')}; "
+            f"stopping.")
+
+
+def checkpoint_hint(run_dir: str, final: dict | None = None) -> str:
+    """Which checkpoint of the run remains; `final`: the "saved" report of a save at this stop, if any."""
+    if final:
+        return (f"The learner saved a final checkpoint, {os.path.basename(final['path'])} (policy version "
+                f"{final['version']}), in {checkpoint_dir(run_dir)}; continue with --resume")
+    found = list_checkpoints(run_dir)
+    if not found:
+        return "No checkpoint had been saved."
+    return (f"The last good checkpoint, {os.path.basename(found[0])}, is kept in {checkpoint_dir(run_dir)}; "
+            f"continue with --resume")
+
+
 class Supervisor:
     def __init__(self, cfg: Config, channels: Channels, procs: dict[str, Any], respawn: Callable[[str], None],
                  out: Callable[..., None] = print, checkpoint_hint: Callable[[dict | None], str] | None = None):
@@ -104,7 +142,7 @@ class Supervisor:
         self.save_failed: str | None = None
         self.last_saved: dict | None = None  # the learner's latest "saved" report: version, env_steps, path
         self.last_env_error: dict | None = None
-        self._error_window: deque[tuple[float, int, int]] = deque()  # (time, env steps, env errors)
+        self._error_rate = EnvErrorRate(cfg)
         self._last_check = 0.0
         self._progress: tuple[object, float] = (None, time.monotonic())
         self._env_error_printed: dict[int, float] = {}
@@ -188,20 +226,7 @@ class Supervisor:
                            f"is alive; stopping.")
 
     def _check_env_error_rate(self, env_steps: int, errors: int, now: float) -> None:
-        window = self._error_window
-        window.append((now, env_steps, errors))
-        while now - window[0][0] > ENV_ERROR_WINDOW_S:
-            window.popleft()
-        t0, steps0, errors0 = window[0]
-        new_errors, new_steps = errors - errors0, env_steps - steps0
-        if new_errors < ENV_ERROR_MIN or new_errors <= self.cfg.max_env_error_rate * new_steps:
-            return
-        last = self.last_env_error or {}
-        raise RunError(
-            f"env {self.cfg.env} raised in {new_errors:,} of {new_steps:,} env steps over the last {now - t0:.0f} s "
-            f"({new_errors / max(new_steps, 1):.1%}, above --max-env-error-rate {self.cfg.max_env_error_rate:g}); "
-            f"the last: rollout-{last.get('worker', '?')}: {last.get('message', '?')} in {last.get('where', '?')}; "
-            f"stopping.")
+        self._error_rate.check(env_steps, errors, now, self.last_env_error)
 
     def _died(self, name: str, proc: Any) -> None:
         member = self.members[name]
@@ -246,14 +271,7 @@ class Supervisor:
         """Which checkpoint remains; `final`: the learner's "saved" report of its save at this stop, if any."""
         if self._hint is not None:
             return self._hint(final)
-        if final:
-            return (f"The learner saved a final checkpoint, {os.path.basename(final['path'])} (policy version "
-                    f"{final['version']}), in {checkpoint_dir(self.cfg.run_dir)}; continue with --resume")
-        found = list_checkpoints(self.cfg.run_dir)
-        if not found:
-            return "No checkpoint had been saved."
-        return (f"The last good checkpoint, {os.path.basename(found[0])}, is kept in "
-                f"{checkpoint_dir(self.cfg.run_dir)}; continue with --resume")
+        return checkpoint_hint(self.cfg.run_dir, final)
 
     # ----- reports -----
     def handle(self, kind: str, payload: dict) -> None:

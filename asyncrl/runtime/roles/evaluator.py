@@ -49,7 +49,7 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
 
     from asyncrl.agents.registry import learner_class
     from asyncrl.runtime.plumbing.weights import WeightsReader
-    from asyncrl.runtime.store.best_checkpoint import read_best_return, save_best
+    from asyncrl.runtime.store.best_checkpoint import read_best_return
 
     torch.set_num_threads(1)
     beat = channels.live["beat_eval"]
@@ -68,34 +68,48 @@ def run_evaluator(cfg: Config, spec: EnvSpec, weights: SharedWeights, channels: 
             continue
         done, served = due, done
         reader.refresh()
-        version, t0 = reader.version, time.monotonic()
         alive = functools.partial(_alive, channels, beat, final)  # every env step beats and checks for a stop
-        greedy, frames = _play(model, cfg, spec, cfg.eval_episodes, True, alive, record=cfg.eval_video)
-        sampled, _ = _play(model, cfg, spec, cfg.eval_episodes, False, alive)
-        if not alive():  # stopped part-way: no result; a final request (even for these frames) is served next
+        result, best = evaluate(cfg, spec, model, reader.version, due, best, alive,
+                                lambda message: report(channels, "warning", 0, {"message": message}))
+        if result is None:  # stopped part-way: no result; a final request (even for these frames) is served next
             done = served
             continue
-        result: dict[str, Any] = {
-            "eval_frames": due, "eval_policy_version": version,
-            "eval_return_mean": statistics.fmean(r for r, _ in greedy), "eval_return_std": _std(greedy),
-            "eval_sampled_return_mean": statistics.fmean(r for r, _ in sampled),
-            "eval_sampled_return_std": _std(sampled),
-            "eval_len_mean": statistics.fmean(n for _, n in greedy + sampled),
-        }
-        if best is None or result["eval_return_mean"] > best:
-            best = result["eval_return_mean"]
-            try:
-                save_best(cfg, model, version, due, result["eval_return_mean"], result["eval_return_std"])
-            except OSError as exc:
-                report(channels, "warning", 0, {"message": f"eval: cannot write best.pt ({exc.strerror or exc})"})
-        result["eval_best_return"] = best
-        if frames:
-            try:
-                result.update(_write_video(cfg.run_dir, due, frames, spec))
-            except (OSError, ValueError) as exc:
-                report(channels, "warning", 0, {"message": f"eval: cannot write the video ({exc})"})
-        result["eval_seconds"] = time.monotonic() - t0
         report(channels, "eval", 0, result)
+
+
+def evaluate(cfg: Config, spec: EnvSpec, model, version: int, due: int, best: float | None,
+             alive: Callable[[], bool], warn: Callable[[str], None]) -> tuple[dict[str, Any] | None, float | None]:
+    """One evaluation of `model` (policy `version`, at `due` frames): the `eval_*` result (None when `alive()`
+    turned False part-way) and the best greedy return so far, `best` or this one (then saved as best.pt).
+    Played by the evaluator process, and inline by the serial loop (`asyncrl.runtime.serial`)."""
+    from asyncrl.runtime.store.best_checkpoint import save_best
+
+    t0 = time.monotonic()
+    greedy, frames = _play(model, cfg, spec, cfg.eval_episodes, True, alive, record=cfg.eval_video)
+    sampled, _ = _play(model, cfg, spec, cfg.eval_episodes, False, alive)
+    if not alive():
+        return None, best
+    result: dict[str, Any] = {
+        "eval_frames": due, "eval_policy_version": version,
+        "eval_return_mean": statistics.fmean(r for r, _ in greedy), "eval_return_std": _std(greedy),
+        "eval_sampled_return_mean": statistics.fmean(r for r, _ in sampled),
+        "eval_sampled_return_std": _std(sampled),
+        "eval_len_mean": statistics.fmean(n for _, n in greedy + sampled),
+    }
+    if best is None or result["eval_return_mean"] > best:
+        best = result["eval_return_mean"]
+        try:
+            save_best(cfg, model, version, due, result["eval_return_mean"], result["eval_return_std"])
+        except OSError as exc:
+            warn(f"eval: cannot write best.pt ({exc.strerror or exc})")
+    result["eval_best_return"] = best
+    if frames:
+        try:
+            result.update(_write_video(cfg.run_dir, due, frames, spec))
+        except (OSError, ValueError) as exc:
+            warn(f"eval: cannot write the video ({exc})")
+    result["eval_seconds"] = time.monotonic() - t0
+    return result, best
 
 
 def _alive(channels: Channels, beat: np.ndarray, final: bool) -> bool:

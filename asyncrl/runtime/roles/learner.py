@@ -77,7 +77,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     """The learner process: build the learner (resumed, and under torchrun joined to the other ranks' learners),
     publish its first weights, then train on every batch until the runner's stop command."""
     init_child("asyncrl-learner")
-    device = _set_up_torch(cfg)
+    device = set_up_torch(cfg)
     learner = make_learner(cfg, spec, device)
     start = _resume(cfg, learner, channels)
     if start is None:
@@ -95,7 +95,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedW
     LearnerLoop(cfg, spec, traj, device, learner, publisher, channels, group, save, env_steps).run()
 
 
-def _set_up_torch(cfg: Config) -> torch.device:
+def set_up_torch(cfg: Config) -> torch.device:
     """This process's device, threads, determinism, CUDA backends and seeds (initial weights and minibatch
     order; a resume restores the saved generators)."""
     device = resolve_device(cfg.device)
@@ -107,24 +107,38 @@ def _set_up_torch(cfg: Config) -> torch.device:
     return device
 
 
+class ResumeError(RuntimeError):
+    """--resume found no checkpoint that loads into this learner (one line for the user)."""
+
+
+def load_resume_state(cfg: Config, learner: Learner, warn: Callable[[str], None]) -> tuple[str, int, dict]:
+    """Load the run's newest good checkpoint into `learner`: (its path, the env steps and the runner's counters it
+    kept). ResumeError when there is none or it does not fit the model; `warn` hears of corrupt ones skipped."""
+    try:
+        path, state = read_resume_state(cfg.run_dir, warn)
+    except CheckpointError as exc:
+        raise ResumeError(str(exc)) from None
+    try:
+        learner.load_state_dict(state["learner"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ResumeError(f"checkpoint {path} does not fit this model ({reason}); resume with the settings it was "
+                          f"trained with or start a new --experiment") from None
+    return path, int(state["env_steps"]), dict(state.get("run", {}))
+
+
 def _resume(cfg: Config, learner: Learner, channels: Channels) -> tuple[int, dict] | None:
     """With --resume, load the newest good checkpoint into `learner`. The env steps and the runner's counters
     (elapsed time, episodes, restarts) it kept, or (0, {}) for a fresh start; None after a fatal report."""
     if not cfg.resume:
         return 0, {}
     try:
-        path, state = read_resume_state(cfg.run_dir, lambda msg: report(channels, "warning", 0, {"message": msg}))
-    except CheckpointError as exc:
+        path, env_steps, run = load_resume_state(
+            cfg, learner, lambda msg: report(channels, "warning", 0, {"message": msg}))
+    except ResumeError as exc:
         return _fatal(channels, {"message": str(exc), "hint": False})
-    try:
-        learner.load_state_dict(state["learner"])
-    except (KeyError, RuntimeError, ValueError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return _fatal(channels, {"message": f"checkpoint {path} does not fit this model ({reason}); resume "
-                                            f"with the settings it was trained with or start a new --experiment",
-                                 "hint": False})
     report(channels, "info", 0, {"message": f"resumed from {path}"})
-    return int(state["env_steps"]), dict(state.get("run", {}))
+    return env_steps, run
 
 
 def _join(ranks: DataParallel | None, learner: Learner, channels: Channels) -> Group | None:
@@ -157,20 +171,34 @@ def _checkpointer(cfg: Config, learner: Learner, publisher: WeightsPublisher,
     write is reported and training goes on."""
 
     def save(steps: int, run: dict) -> None:
-        if not all(torch.isfinite(t).all() for t in publisher.tensors):
-            report(channels, "warning", 0, {"message": "not saving a checkpoint: the weights are not finite"})
-            return
         try:
-            path = save_checkpoint(cfg.run_dir, learner.version, {
-                "learner": learner.state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
-                "run": run}, cfg.keep_checkpoints)
+            path = save_learner(cfg, learner, publisher.tensors, steps, run)
         except OSError as exc:  # full disk, unwritable dir: training goes on, the older checkpoints stay
-            report(channels, "save_failed", 0, {"message": f"could not save a checkpoint in {cfg.run_dir}/"
-                                                           f"checkpoints: {exc.strerror or exc}"})
+            report(channels, "save_failed", 0, {"message": save_failed_message(cfg, exc)})
+            return
+        if path is None:
+            report(channels, "warning", 0, {"message": NOT_FINITE_SAVE})
             return
         report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
 
     return save
+
+
+NOT_FINITE_SAVE = "not saving a checkpoint: the weights are not finite"
+
+
+def save_learner(cfg: Config, learner: Learner, tensors: list[torch.Tensor], steps: int, run: dict) -> str | None:
+    """Checkpoint `learner` at `steps` env steps with the runner's counters `run`: the path, or None (nothing
+    written) when the published `tensors` are not finite. OSError when the write fails."""
+    if not all(torch.isfinite(t).all() for t in tensors):
+        return None
+    return save_checkpoint(cfg.run_dir, learner.version, {
+        "learner": learner.state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
+        "run": run}, cfg.keep_checkpoints)
+
+
+def save_failed_message(cfg: Config, exc: OSError) -> str:
+    return f"could not save a checkpoint in {cfg.run_dir}/checkpoints: {exc.strerror or exc}"
 
 
 class LearnerLoop:
@@ -273,13 +301,17 @@ class LearnerLoop:
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
     """Report the divergence as fatal. The skipped steps left the weights as they were, so the final save at the
     runner's stop keeps them (`save` refuses non-finite weights)."""
+    _fatal(channels, {"message": nonfinite_message(learner, batch), "code": "nonfinite"})
+
+
+def nonfinite_message(learner: Learner, batch: Batch) -> str:
+    """Why the run stops after `NONFINITE_LIMIT` skipped optimizer steps, and what to try (one line)."""
     bad = [n for n in ("rewards", "obs")
            if not all(torch.isfinite(x.float()).all() for x in obs_tensors(getattr(batch, n)))]
     cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
-    message = (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
-               f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "
-               f"--normalize-obs.")
-    _fatal(channels, {"message": message, "code": "nonfinite"})
+    return (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
+            f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "
+            f"--normalize-obs.")
 
 
 def _fatal(channels: Channels, payload: dict) -> None:

@@ -61,7 +61,8 @@ def _import_torch_once() -> None:
     import torch  # noqa: F401
 
 
-__all__ = ["RunError", "Runner", "check_memory", "check_run_dir"]
+__all__ = ["RunError", "Runner", "check_memory", "check_run_dir", "final_checkpoint_line", "interval_record",
+           "mean_last", "prepare_run_dir", "restore_totals", "run_state"]
 
 
 def check_run_dir(cfg: Config) -> None:
@@ -91,6 +92,73 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
                           f"GiB of RAM is free; lower --workers, --envs-per-worker, --rollout or --batch-size")
 
 
+def prepare_run_dir(cfg: Config, spec: EnvSpec, out=print) -> None:
+    """Before a run starts (the forked engine's or the serial loop's): refuse what cannot run (ConfigError, one
+    line), clear what a killed run left, and write config.json (and on a fresh start checkpoints/meta.json)."""
+    check_run_dir(cfg)
+    check_memory(cfg, spec)
+    check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
+    if cfg.resume:
+        check_resume(cfg, spec)  # another env or model shape: refused before anything starts
+    stale = clean_stale_shm()
+    if stale:
+        out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
+    clean_checkpoint_temps(cfg.run_dir)  # a save interrupted by a kill
+    with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+        f.write(cfg.to_json())
+    if not cfg.resume:
+        write_meta(cfg, spec)
+
+
+def interval_record(totals: Totals, spec: EnvSpec, elapsed: float, dt: float, steps: int) -> dict:
+    """A metrics record's run totals, rates over the interval (`steps` env steps in `dt` s), the learner's stats,
+    the env's episode metrics and the stage shares (the forked engine's and the serial loop's records)."""
+    t, fs = totals, spec.frameskip
+    record: dict = {
+        "time": round(elapsed, 3),
+        "frames": t.env_steps * fs,
+        "env_steps": t.env_steps,
+        "fps": steps * fs / dt,
+        "sps": steps / dt,
+        "episodes": t.episodes,
+        "episodes_truncated": t.episodes_truncated,
+        "truncations_unbootstrapped": t.truncations_unbootstrapped,
+        "episode_return_mean": mean_last(t.returns),
+        "episode_return_mean_20": mean_last(t.returns, 20),
+        "episode_len_mean": mean_last(t.lengths),
+        "policy_version": t.policy_version,
+        "dropped_stale": t.dropped_stale,
+        "learner_updates": len(t.learner),
+    }
+    record.update(t.learner_record())
+    record.update(t.info_record())
+    record.update(t.stage_fractions())
+    return record
+
+
+def run_state(totals: Totals, elapsed: float, counters: dict[str, int]) -> dict:
+    """The counters a checkpoint keeps (`run`), so a resumed run's metrics continue, its time included."""
+    t = totals
+    return {"elapsed": elapsed, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
+            "episodes_truncated": t.episodes_truncated,
+            "returns": list(t.returns), "lengths": list(t.lengths), **counters}
+
+
+def restore_totals(totals: Totals, run: dict) -> None:
+    """Continue a checkpoint's episode counters and rolling episode means (`run_state`) in `totals`."""
+    totals.episodes += int(run.get("episodes", 0))
+    totals.episodes_truncated += int(run.get("episodes_truncated", 0))
+    totals.dropped_stale += int(run.get("dropped_stale", 0))
+    totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
+    totals.lengths.extend(run.get("lengths", []))
+
+
+def final_checkpoint_line(saved: dict, after: str = "") -> str:
+    """The last line of a run that ended well: its final checkpoint (a "saved" report: path, version, env_steps)."""
+    return (f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
+            f"{saved['env_steps']:,} env steps){after}")
+
+
 class Runner:
     def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (),
                  ranks: DataParallel | None = None):
@@ -117,19 +185,7 @@ class Runner:
     # ----- lifecycle -----
     def run(self) -> int:
         cfg, spec = self.cfg, self.spec
-        check_run_dir(cfg)
-        check_memory(cfg, spec)
-        check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
-        if cfg.resume:
-            check_resume(cfg, spec)  # another env or model shape: refused before anything starts
-        stale = clean_stale_shm()
-        if stale:
-            self.out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
-        clean_checkpoint_temps(cfg.run_dir)  # a save interrupted by a kill
-        with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-            f.write(cfg.to_json())
-        if not cfg.resume:
-            write_meta(cfg, spec)
+        prepare_run_dir(cfg, spec, self.out)
         self.wiring = build_wiring(cfg, spec, self.ranks)
         self.traj, self.weights, self.channels = self.wiring.traj, self.wiring.weights, self.wiring.channels
         ranks = self.ranks
@@ -186,8 +242,7 @@ class Runner:
         after = "" if self.t_signal is None else (
             f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
         if saved:
-            self.out(f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
-                     f"{saved['env_steps']:,} env steps){after}", flush=True)
+            self.out(final_checkpoint_line(saved, after), flush=True)
 
     def _on_signal(self, signum, _frame) -> None:
         if self.stop_reason is None:
@@ -213,18 +268,11 @@ class Runner:
 
     def _run_state(self) -> dict:
         """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
-        t = self.totals
-        return {"elapsed": time.time() - self.t_start, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
-                "episodes_truncated": t.episodes_truncated,
-                "returns": list(t.returns), "lengths": list(t.lengths), **self.supervisor.counters()}
+        return run_state(self.totals, time.time() - self.t_start, self.supervisor.counters())
 
     def _restore(self, run: dict) -> None:
         self.t_start -= float(run.get("elapsed", 0.0))
-        self.totals.episodes += int(run.get("episodes", 0))
-        self.totals.episodes_truncated += int(run.get("episodes_truncated", 0))
-        self.totals.dropped_stale += int(run.get("dropped_stale", 0))
-        self.totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
-        self.totals.lengths.extend(run.get("lengths", []))
+        restore_totals(self.totals, run)
         self.supervisor.restore(run)
 
     def _start_processes(self) -> None:
@@ -408,26 +456,8 @@ class Runner:
             self.stop_reason = "callback"
 
     def _report(self, dt: float, steps: int) -> None:
-        t, fs = self.totals, self.spec.frameskip
-        record: dict = {
-            "time": round(time.time() - self.t_start, 3),
-            "frames": t.env_steps * fs,
-            "env_steps": t.env_steps,
-            "fps": steps * fs / dt,
-            "sps": steps / dt,
-            "episodes": t.episodes,
-            "episodes_truncated": t.episodes_truncated,
-            "truncations_unbootstrapped": t.truncations_unbootstrapped,
-            "episode_return_mean": _mean_last(t.returns),
-            "episode_return_mean_20": _mean_last(t.returns, 20),
-            "episode_len_mean": _mean_last(t.lengths),
-            "policy_version": t.policy_version,
-            "dropped_stale": t.dropped_stale,
-            "learner_updates": len(t.learner),
-        }
-        record.update(t.learner_record())
-        record.update(t.info_record())
-        record.update(t.stage_fractions())
+        t = self.totals
+        record = interval_record(t, self.spec, time.time() - self.t_start, dt, steps)
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         write_training_info(self.channels.live, record["frames"], t.env_steps, t.policy_version,
@@ -450,7 +480,7 @@ class Runner:
         self.monitor.flush()
 
 
-def _mean_last(values: deque, n: int | None = None) -> float | None:
+def mean_last(values: deque, n: int | None = None) -> float | None:
     """Mean of the newest `n` values (all kept when None; fewer while fewer exist); None when empty."""
     if not values:
         return None
