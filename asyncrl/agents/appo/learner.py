@@ -118,6 +118,7 @@ class APPOLearner:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
+                self.heartbeat()  # a batch of a million samples trains for longer than --hang-timeout
         if self.model.obs_normalizer is not None:
             # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
             self.model.update_obs_normalizer(map_obs(batch.obs, lambda x: x[:-1]), mask.bool())

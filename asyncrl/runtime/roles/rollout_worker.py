@@ -131,7 +131,6 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             for kept, a in zip(carry_state[split], state):
                 a[new_slot, 0] = kept
             slot, t = new_slot, 0
-            stats.add("t_wait_slot", time.monotonic() - t2)
             guard.check_policy_restarts(skip=split)
         slots[split], steps[split] = slot, t
         want[slot] = t
@@ -162,12 +161,20 @@ def _keep_final_obs(slot: int, t: int, truncated: np.ndarray, scratch: np.ndarra
 
 
 def _wait_for_free_slot(channels: Channels, stats: IntervalStats) -> int | None:
-    """Block until the learner frees a slot (back-pressure), still reporting; None once stopping."""
+    """Block until the learner frees a slot (back-pressure), still reporting, the wait counted as it goes (an
+    update longer than a report interval shows as slot waits); None once stopping."""
+    last = time.monotonic()
     while not channels.stopping:
         try:
-            return channels.free.get(timeout=0.1)
+            slot = channels.free.get(timeout=0.1)
         except Empty:
+            now = time.monotonic()
+            stats.add("t_wait_slot", now - last)
+            last = now
             stats.maybe_report()
+            continue
+        stats.add("t_wait_slot", time.monotonic() - last)
+        return slot
     return None
 
 
