@@ -53,6 +53,10 @@ def check_can_fork() -> None:
                         "training before any CUDA work (e.g. in a fresh notebook kernel), or run asyncrl-train")
     if cuda_driver_loaded():
         raise ForkError(CUDA_DRIVER_LOADED)
+    if "jax" in sys.modules:
+        raise ForkError("JAX is already imported in this process and its runtime does not survive a fork (forked "
+                        "workers that use it hang); start the training before any JAX import, run asyncrl-train "
+                        "in a subprocess, or pass --serial")
     if torch is None:
         return
     if torch_threads_started():

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
+import importlib.util
 import inspect
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -33,11 +36,12 @@ import gymnasium as gym
 from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
-from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
+from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec, spaces_env_spec
 from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
 
 ATARI_PREFIX = "atari_"
-NAME_HELP = "Run with a registered gymnasium id, atari_<game>, doom_<scenario>, null, or module:callable"
+NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, null, or "
+             "module:callable")
 EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
 
 
@@ -140,6 +144,38 @@ def _check_env(name: str, made: object) -> gym.Env:
     return made  # type: ignore[return-value]
 
 
+GYMNAX_PREFIX = "gymnax:"
+
+
+@functools.lru_cache(maxsize=16)
+def _gymnax_spec_cached(name: str, kwargs_json: str) -> EnvSpec:
+    from asyncrl.envs.gymnax_env import gymnax_spaces
+
+    obs, act = gymnax_spaces(name[len(GYMNAX_PREFIX):], channels_first=True, **json.loads(kwargs_json))
+    return dataclasses.replace(spaces_env_spec(name, obs, act), batched=True)
+
+
+def _gymnax_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """Described in a fresh process (JAX must not start in a process that forks workers); kept per name."""
+    _require_gymnax(name)
+    return _gymnax_spec_cached(name, json.dumps(env_kwargs or {}, sort_keys=True))
+
+
+def _gymnax_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                env_kwargs: dict[str, Any] | None = None) -> VecEnv:
+    _require_gymnax(name)
+    from asyncrl.envs.gymnax_env import GymnaxVectorEnv
+    from asyncrl.envs.vector_env import VectorVecEnv
+
+    env_id, kwargs = name[len(GYMNAX_PREFIX):], dict(env_kwargs or {})
+    return VectorVecEnv(name, lambda n: GymnaxVectorEnv(env_id, n, channels_first=True, **kwargs), num_envs)
+
+
+def _require_gymnax(name: str) -> None:
+    if importlib.util.find_spec("gymnax") is None or importlib.util.find_spec("jax") is None:
+        raise EnvError(f"{name!r} needs the gymnax extra (gymnax and jax): pip install 'asyncrl[gymnax]'")
+
+
 def is_mujoco(name: str) -> bool:
     """True for gymnasium's own MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...)."""
     spec = gym.registry.get(name)
@@ -153,6 +189,8 @@ BACKENDS: list[Backend] = [
             options=("doom_measurements",), family="doom"),
     Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari", _atari_spec, _atari_vec,
             train_options=("env_threads", "max_episode_frames"), family="atari"),
+    Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env", _gymnax_spec,
+            _gymnax_vec, options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
     Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
             family="mujoco", info_keys=True),
     # a registered gymnasium id (batched where it has a vectorised implementation) or module:callable
