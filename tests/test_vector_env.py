@@ -11,6 +11,7 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -155,3 +156,24 @@ def test_bad_batched_envs_stop_the_run_in_one_line(env: str, message: str, tmp_p
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_gymnax_without_its_extra_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("gymnax", "jax") else
+                        real(name, *a))
+    with pytest.raises(EnvError, match=r"needs the gymnax extra \(gymnax and jax\): pip install 'asyncrl\[gymnax\]'"):
+        make_env_spec("gymnax:Breakout-MinAtar")
+
+
+def test_frames_smaller_than_the_cnn_takes_go_to_the_mlp() -> None:
+    from asyncrl.envs.base import EnvSpec
+    from asyncrl.models.actor_critic import build_model
+    from asyncrl.models.encoders import MLP, NatureCNN
+
+    minatar = EnvSpec("grid", (4, 10, 10), np.dtype(np.float32), gym.spaces.Discrete(3), frameskip=1)
+    atari = EnvSpec("frames", (4, 84, 84), np.dtype(np.uint8), gym.spaces.Discrete(3), frameskip=4)
+    assert not minatar.has_image and atari.has_image
+    assert isinstance(build_model(minatar).encoder, MLP) and isinstance(build_model(atari).encoder, NatureCNN)

@@ -80,6 +80,7 @@ def tuple_parts(space: gym.spaces.Tuple) -> tuple[ActionPart, ...]:
     return tuple(parts)
 
 
+MIN_CNN_FRAME = 36  # the Nature CNN's smallest input (8x8 stride 4, 4x4 stride 2, 3x3 stride 1)
 MASK_KEY = "action_mask"  # a Dict observation's key of allowed actions (1 = allowed), as Sample Factory and PettingZoo
 
 
@@ -116,8 +117,11 @@ class EnvSpec:
 
     @property
     def has_image(self) -> bool:
-        """Image observations (a 3-D Box, or a Dict with at least one image key): the CNN is in the model."""
-        return any(k.image for k in self.obs_keys) if self.is_dict else len(self.obs_shape) == 3
+        """Image observations (a 3-D Box of frames at least MIN_CNN_FRAME on a side, or a Dict with at least one
+        image key): the CNN is in the model. Smaller grids (MinAtar's 10 x 10) go to the MLP, flattened."""
+        if self.is_dict:
+            return any(k.image for k in self.obs_keys)
+        return len(self.obs_shape) == 3 and min(self.obs_shape[1:]) >= MIN_CNN_FRAME
 
     @property
     def discrete(self) -> bool:

@@ -167,7 +167,8 @@ def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO,
                   shared_value: bool = False) -> tuple[nn.Module, nn.Module | None]:
     """(the policy's encoder, the value's own encoder or None when the value reads the policy's features).
 
-    `name` is `--encoder`: auto (the Nature CNN for images, a policy and a value MLP for vectors, one of each per
+    `name` is `--encoder`: auto (the Nature CNN for images, a policy and a value MLP for vectors and for frames
+    smaller than the CNN takes (`EnvSpec.has_image`), one of each per
     key of a Dict observation), nature, impala, mlp (for a Dict observation: what its image keys get), or a
     user's module:callable (`asyncrl/models/registry.py`), shared by policy and value. With `shared_value` (a
     recurrent core, whose output both heads read) no separate value MLP is built."""
@@ -183,7 +184,7 @@ def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO,
     if spec.is_dict:
         image_encoder = resolve(ENCODERS[name]) if name in ENCODERS else nature_cnn
         return DictEncoder(spec.feature_keys, hidden_size, image_encoder, value_mlps=not shared_value), None
-    if len(spec.obs_shape) == 3 and (name == AUTO or name in IMAGE_ENCODERS):
+    if len(spec.obs_shape) == 3 and ((name == AUTO and spec.has_image) or name in IMAGE_ENCODERS):
         if name in IMAGE_ENCODERS:
             return resolve(ENCODERS[name])(tuple(spec.obs_shape), hidden_size), None
         return NatureCNN(*spec.obs_shape), None
