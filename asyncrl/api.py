@@ -7,7 +7,8 @@
 Settings resolve as the command line's do (flags > config file > the env family's preset > defaults; with
 resume=True the run's saved config.json stands in for preset and defaults), are validated the same way, and
 the run writes the same directory. The engine forks its workers from the calling process: see
-`asyncrl.launch.check_can_fork` for where that is refused. Importing this module does not import torch.
+`asyncrl.launch.check_can_fork` for where that is refused (`serial=True` runs everything in it and forks nothing:
+`asyncrl.runtime.serial`). Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def train(cfg: Config | None = None, /, *, config: str | None = None,
     checkpoint (`stop_reason` "callback"); one that raises stops it with an error naming it.
 
     Raises ConfigError (a ValueError) for bad settings, EnvError for an unusable env, ForkError (a
-    RuntimeError) where this process cannot fork the workers, and TrainingFailed if the run ends with an error.
+    RuntimeError) where this process cannot fork the workers (never with `serial=True`), and TrainingFailed if
+    the run ends with an error.
     Ctrl-C (SIGINT) stops the run cleanly and returns its result, like the command line's exit code 0.
     """
     if cfg is not None and not isinstance(cfg, Config):
