@@ -20,30 +20,34 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_name(env: str, env_kwargs: dict[str, Any] | None = None) -> str:
+def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> str:
     """The preset for env `env`: its backend's family (asyncrl/envs/registry.py:BACKENDS; atari_, doom_, null and
     gymnasium's MuJoCo tasks have one), otherwise from its spaces (one env made and closed; an env that cannot be
-    made gets `vector` here and reports its error when the run starts)."""
+    made gets `vector` here and reports its error when the run starts): `atari` for uint8 frames, else `vector`,
+    or `vector_batched` when the env is stepped as one VectorEnv batch."""
     from asyncrl.envs.registry import make_env_spec, preset_family
 
     family = preset_family(env)
     if family is not None:
         return family
     try:
-        spec = make_env_spec(env, env_kwargs=env_kwargs or {})
+        spec = make_env_spec(env, env_kwargs=env_kwargs or {}, env_vectorization=env_vectorization)
     except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
         return "vector"
     image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"
     if spec.is_dict:  # a Dict with a uint8 image key: the CNN sets the pace, as for Atari
         image = any(k.image and k.dtype == "uint8" for k in spec.obs_keys)
-    return "atari" if image else "vector"
+    if image:
+        return "atari"
+    return "vector_batched" if spec.batched else "vector"
 
 
-def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo") -> dict[str, Any]:
+def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo",
+               env_vectorization: str = "auto") -> dict[str, Any]:
     """The env family's preset; for an off-policy `algo`, the "off_policy" preset (and "off_policy_<algo>") over it."""
     from asyncrl.agents.registry import OFF_POLICY
 
+    family = PRESETS[preset_name(env, env_kwargs, env_vectorization)]
     if algo in OFF_POLICY:
-        family = PRESETS[preset_name(env, env_kwargs)]
         return {**family, **PRESETS["off_policy"], **PRESETS.get(f"off_policy_{algo}", {})}
-    return dict(PRESETS[preset_name(env, env_kwargs)])
+    return dict(family)

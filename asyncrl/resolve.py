@@ -147,7 +147,7 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
-        preset = preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"])
+        preset = preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"], args["env_vectorization"])
         base = {**args, **preset}
     scale = explicit.get("scale", base.get("scale", ""))
     if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
