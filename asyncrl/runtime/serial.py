@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -107,7 +108,11 @@ class SerialRun:
         self.last_env_error: dict | None = None
         self.last_saved: dict | None = None
         self.save_failed: str | None = None
+        self.error_printed = -1e9  # time.monotonic() of the last env error line
+        self.late_error: RunError | None = None  # raised by a callback at the final checkpoint
         self.envs: list[VecEnv] = []
+        self.learner = None
+        self.ready = False  # the learner holds its (resumed) weights: a final checkpoint is due at any stop
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -118,8 +123,6 @@ class SerialRun:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS} if in_main else {}
         self.t_start = time.time()
         code, error, hint = 1, "", True
-        self.learner = None
-        self.ready = False  # the learner holds its (resumed) weights: a final checkpoint is due at any stop
         try:
             self._start()
             self._loop()
@@ -129,7 +132,7 @@ class SerialRun:
         except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
             error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
-            saved = self._save() if self.ready else None  # the final checkpoint, as at the runner's stop
+            saved = self._save(final=True) if self.ready else None  # the final checkpoint, as at the runner's stop
             for env in self.envs:
                 env.close()
             for sig, handler in previous.items():
@@ -138,6 +141,8 @@ class SerialRun:
                 self.metrics.close()
             except OSError:
                 pass
+        if not error and self.late_error is not None:
+            code, error, hint = 1, str(self.late_error), self.late_error.hint
         if error:
             more = f" {checkpoint_hint(cfg.run_dir, saved)}" if hint else ""
             self.out(f"asyncrl: error: {error}{more}", file=sys.stderr)
@@ -296,7 +301,7 @@ class SerialRun:
         except EnvBroken as exc:  # a fresh instance failed before its first step
             self._fatal(str(exc))
         except Exception as exc:  # a backend that cannot replace one env: the step is lost, the split starts afresh
-            finished, errors = [], self.cfg.envs_per_split
+            finished, steps, errors = [], 0, self.cfg.envs_per_split  # not counted, as a rollout worker's
             self.split_errors[split] += 1
             self._env_error(f"{type(exc).__name__}: {exc}", "step", errors, split, "reset the split's envs (the "
                             "step left out of training)")
@@ -339,8 +344,8 @@ class SerialRun:
         self.env_errors += count
         self.last_env_error = {"message": message, "where": where, "worker": "serial"}
         now = time.monotonic()
-        if now - getattr(self, "_error_printed", -1e9) >= ENV_ERROR_PRINT_EVERY_S:
-            self._error_printed = now
+        if now - self.error_printed >= ENV_ERROR_PRINT_EVERY_S:
+            self.error_printed = now
             self.out(f"asyncrl: split {split}: env raised {message} in {where}; {action} ({self.env_errors} env "
                      f"errors; the run stops above --max-env-error-rate {self.cfg.max_env_error_rate:g})", flush=True)
 
@@ -447,8 +452,9 @@ class SerialRun:
         self.out(self.progress.line(record, now - self.t_loop), flush=True)
         self.monitor.flush(verdict=False)  # the bottleneck verdict's remedies speak of processes: recorded only
 
-    def _save(self) -> dict | None:
-        """A checkpoint as the learner process writes it; its "saved" record, or None when nothing was written."""
+    def _save(self, final: bool = False) -> dict | None:
+        """A checkpoint as the learner process writes it; its "saved" record, or None when nothing was written. A
+        callback that raises stops the run (at the `final` one, the run ends with its error after the save)."""
         cfg, learner = self.cfg, self.learner
         run = run_state(self.totals, time.time() - self.t_start, self._counters())
         try:
@@ -465,8 +471,10 @@ class SerialRun:
         self.last_saved = {"version": learner.version, "env_steps": self.totals.env_steps, "path": path}
         try:
             self._notify("checkpoint", dict(self.last_saved))
-        except RunError as exc:  # a callback raised at the final save: the run's error, after the save
-            self.out(f"asyncrl: error: {exc}", file=sys.stderr)
+        except RunError as exc:
+            if not final:
+                raise
+            self.late_error = self.late_error or exc
         return self.last_saved
 
     def _evaluate(self, due: int) -> None:
@@ -494,7 +502,7 @@ class SerialRun:
         if self.callbacks and not self.callbacks(event, record) and self.stop_reason is None:
             self.stop_reason = "callback"
 
-    def _fatal(self, message: str, exit_code: int = 1, code: str = "env_broken") -> None:
+    def _fatal(self, message: str, exit_code: int = 1, code: str = "env_broken") -> NoReturn:
         """Stop the run with an error: a last record saying why (the runner's fatal record), then RunError."""
         t = self.totals
         record = self.monitor.fatal_record({"message": message, "code": code}, t.env_steps * self.spec.frameskip,
