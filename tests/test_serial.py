@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The learning bar: a 100-episode mean return of 300 within 150,000 env steps (random play scores 22.7), as in
 # test_api. Seeds 3, 4 and 5 reached it after 63,802, 46,597 and 102,762 env steps (22-31 s with the 2 cores
 # loaded by other jobs); seed 4 is the quickest. The full claim, 475 within the same budget (seeds 0, 1, 2: 65,235,
-# 103,926 and 119,124 env steps, 18-33 s), is scripts/serial_cartpole.py's default run.
+# 103,926 and 117,591 env steps, 17-33 s), is scripts/serial_cartpole.py's default run.
 TARGET, FRAMES, SEED = 300.0, 150_000, 4
 # What every record of the forked engine has (runner._report): the serial loop writes them too.
 RECORD_KEYS = {
