@@ -166,8 +166,8 @@ def test_rollout_worker_writes_episode_starts_and_hands_the_state_over() -> None
     """The real rollout worker on CartPole (always pushing left: episodes of about 10 steps): `first` is set at
     the run's first step and after every episode end, and row T of `first` and of the state starts the next
     slot."""
-    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=3, worker_splits=1, rollout=24, batch_size=72,
-                 minibatches=1)
+    cfg = Config(env="CartPole-v1", env_vectorization="loop", workers=1, envs_per_worker=3, worker_splits=1,
+                 rollout=24, batch_size=72, minibatches=1)  # one env at a time: an episode start right after its end
     cfg.validate()
     traj = allocate_trajectories(cfg, make_env_spec(cfg.env), {"h": ((2,), np.dtype(np.float32))})
     channels = Channels.create(cfg.workers, num_slots(cfg))

@@ -105,7 +105,7 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     last20, m = best.get("episode_return_mean_20"), best["episode_return_mean"]
     assert last20 is not None and 500 - 5 * (500 - m) - 1e-6 <= last20 <= 500, best
     saved = json.loads((run_dir / "config.json").read_text())
-    assert saved["report_interval"] == 1.0 and saved["batch_size"] == 256  # the file's value and the preset's
+    assert saved["report_interval"] == 1.0 and saved["batch_size"] == 2048  # the file's value, vector_batched's
     cli = subprocess.run([*train_command(), "--env", "CartPole-v1", "--frames", str(FRAMES), "--report-interval",
                           "1", "--train-dir", str(trained.train_dir), "--experiment", "cp", "--print-config"],
                          capture_output=True, text=True, timeout=60)

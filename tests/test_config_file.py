@@ -22,23 +22,23 @@ def resolved(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 def test_json_and_yaml_files_set_flags_over_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     as_json = tmp_path / "run.json"
-    as_json.write_text(json.dumps({"env": "CartPole-v1", "batch-size": 512, "lr": 0.002, "normalize_obs": True}))
+    as_json.write_text(json.dumps({"env": "CartPole-v1", "batch-size": 4096, "lr": 0.002, "normalize_obs": True}))
     as_yaml = tmp_path / "run.yaml"
-    as_yaml.write_text("env: CartPole-v1\nbatch_size: 512\nlr: 2e-3\nnormalize-obs: true\n")  # YAML's 2e-3 is a str
+    as_yaml.write_text("env: CartPole-v1\nbatch_size: 4096\nlr: 2e-3\nnormalize-obs: true\n")  # YAML's 2e-3: a str
     preset = resolved(capsys, "--env", "CartPole-v1")
     for path in (as_json, as_yaml):
         cfg = resolved(capsys, "--config", str(path))
-        assert (cfg["env"], cfg["batch_size"], cfg["lr"], cfg["normalize_obs"]) == ("CartPole-v1", 512, 0.002, True)
-        assert cfg["epochs"] == preset["epochs"] == 8  # what the file leaves out still comes from the preset
-        assert cfg == {**preset, "batch_size": 512, "lr": 0.002, "normalize_obs": True}
+        assert (cfg["env"], cfg["batch_size"], cfg["lr"], cfg["normalize_obs"]) == ("CartPole-v1", 4096, 0.002, True)
+        assert cfg["epochs"] == preset["epochs"] == 6  # what the file leaves out still comes from the preset
+        assert cfg == {**preset, "batch_size": 4096, "lr": 0.002, "normalize_obs": True}
 
 
 def test_the_command_line_wins_over_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text("env: CartPole-v1\nbatch-size: 512\nseed: 3\nnormalize-obs: true\n")
-    cfg = resolved(capsys, "--config", str(path), "--batch-size", "128", "--no-normalize-obs", "--seed", "0")
-    assert (cfg["batch_size"], cfg["normalize_obs"], cfg["seed"]) == (128, False, 0)  # even a default's value
-    assert config_from_flags(str(path), batch_size=128).batch_size == 128  # the Python API: keyword flags win
+    path.write_text("env: CartPole-v1\nbatch-size: 4096\nseed: 3\nnormalize-obs: true\n")
+    cfg = resolved(capsys, "--config", str(path), "--batch-size", "1024", "--no-normalize-obs", "--seed", "0")
+    assert (cfg["batch_size"], cfg["normalize_obs"], cfg["seed"]) == (1024, False, 0)  # even a default's value
+    assert config_from_flags(str(path), batch_size=1024).batch_size == 1024  # the Python API: keyword flags win
 
 
 @pytest.mark.parametrize("text, message", [

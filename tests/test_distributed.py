@@ -31,8 +31,8 @@ from asyncrl.runtime.distributed.group import CHECKSUMS_ENV, CHECKSUMS_FILE
 from asyncrl.runtime.distributed.rank import rank_device, rank_from_environ
 from asyncrl.runtime.store.checkpoint import list_checkpoints
 
-FLAGS = ["--env", "CartPole-v1", "--device", "cpu", "--workers", "1", "--envs-per-worker", "4",
-         "--report-interval", "1"]
+FLAGS = ["--env", "CartPole-v1", "--env-vectorization", "loop", "--device", "cpu", "--workers", "1",
+         "--envs-per-worker", "4", "--report-interval", "1"]
 UPDATE_STEPS = 2 * 256  # two ranks x the vector preset's batch
 SHORT_FRAMES = 6 * UPDATE_STEPS  # about 6 updates of the group
 TIMEOUT_S = 150.0

@@ -19,7 +19,8 @@ TORCHRUN_2 = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": 
 
 
 def parse(*words: str) -> Config:
-    cfg = parse_command_line(["--env", "CartPole-v1", *words]).config
+    """CartPole-v1 one env at a time: the `vector` preset's batch (256) is the reference these tests scale from."""
+    cfg = parse_command_line(["--env", "CartPole-v1", "--env-vectorization", "loop", *words]).config
     cfg.validate()
     return cfg
 
@@ -177,8 +178,8 @@ def test_a_batched_env_hosts_the_full_medium_and_large_env_counts() -> None:
     for scale, envs in (("medium", 4096), ("large", 65_536)):
         s = scale_settings(scale, {}, cores=2, batched=True)  # one VectorEnv call a split step: no 256 cap
         assert s["workers"] == 2 and s["workers"] * s["envs_per_worker"] == envs
-    cfg = parse("--env", "CartPole-v1", "--scale", "large")  # CartPole-v1 is batched (its vector_entry_point)
+    cfg = parse_command_line(["--env", "CartPole-v1", "--scale", "large"]).config  # batched: its vector_entry_point
     assert cfg.workers * cfg.envs_per_worker == 65_536 and cfg.batch_size == 65_536 * 16
     assert scale_note("large", cfg.workers, cfg.envs_per_worker) is None
-    loop = parse("--env", "CartPole-v1", "--env-vectorization", "loop", "--scale", "large")
+    loop = parse("--scale", "large")  # one env at a time
     assert loop.envs_per_worker == MAX_ENVS_PER_WORKER

@@ -284,7 +284,8 @@ class LearnerLoop:
         stats.update(t_wait=self.t_wait, t_copy=t2 - t1, t_train=t3 - t2)
         self.t_wait = 0.0
         report(channels, "learner", 0, stats)
-        self.collected += batch.rewards.numel()
+        # Agent steps, as the runner counts them: a NEXT_STEP env's reset rows are not (invalid, like failed steps)
+        self.collected += batch.rewards.numel() if batch.valid is None else int(batch.valid.sum())
         self._release_lockstep()
         self.pending = []
         return batch
