@@ -89,7 +89,9 @@ class ImpalaCNN(FrameEncoder):
 class Tanh(nn.Module):
     """tanh(x) computed as 2 sigmoid(2x) - 1: the same function (to float32 rounding) at under half the cost on
     CPUs, where torch's sigmoid is vectorised and its tanh is not (4.1 against 1.2 ns an element on the 2-core
-    AVX2 development machine); the two tanh layers set the pace of MLP inference with thousands of envs."""
+    AVX2 development machine); the two tanh layers set the pace of MLP inference with thousands of envs. Learning
+    uses the composition too: with torch's tanh there, the 4,096-env CartPole training row fell from 236k to 162k
+    agent steps/s (although an update on random observations alone ran faster with it)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
