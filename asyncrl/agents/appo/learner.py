@@ -45,7 +45,7 @@ class APPOLearner:
         self.model = self.build_policy(spec, cfg, device)
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
         self.hp = APPOHyperparams(
             gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
             entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,

@@ -18,12 +18,12 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
         "value_coeff": 0.05, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.98, "vtrace_c": 0.8,
     },
     # The vector preset for a batched env (one VectorEnv per worker split: CartPole-v1 by default, gymnax ids, a
-    # module:callable returning a VectorEnv): envs cost little each, so 4x the envs and an 8x batch, fewer
-    # optimizer steps per sample (6 epochs of 4 minibatches), and the vector preset's rate scaled by the sqrt
-    # rule for the 8x batch. CartPole-v1 from launch to a mean return of 475 in 16.7-18.9 s (3 seeds, 124k-152k
-    # env steps) against 30-55 s with the vector preset (docs/performance.md, scripts/tune_cartpole.py).
+    # module:callable returning a VectorEnv): envs cost little each, so 4x the envs and an 8x batch, far fewer
+    # optimizer steps per sample (6 epochs of 2 minibatches of 1,024), and the vector preset's rate scaled by the
+    # sqrt rule for the 8x batch. CartPole-v1 from launch to a mean return of 475 in 12.5-15.6 s on 5 of 6 seeds
+    # (30.6 s on the sixth) against 30-55 s with the vector preset (docs/configuration.md, tune_cartpole.py).
     "vector_batched": {
-        "workers": 2, "envs_per_worker": 64, "rollout": 16, "batch_size": 2048, "epochs": 6, "minibatches": 4,
+        "workers": 2, "envs_per_worker": 64, "rollout": 16, "batch_size": 2048, "epochs": 6, "minibatches": 2,
         "lr": 2.8e-3, "lr_schedule": "auto",
         "value_coeff": 0.05, "max_grad_norm": 0.5, "entropy_coeff": 0.0, "gamma": 0.98, "vtrace_c": 0.8,
     },
