@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-RAISE_EVERY = 2_000  # steps per env instance between two errors of the flaky env
+RAISE_EVERY = 500  # steps per env instance between two errors of the flaky env
 
 
 class RaiseEvery(gym.Wrapper):
