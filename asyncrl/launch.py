@@ -19,7 +19,7 @@ from typing import Any
 
 from asyncrl.agents.registry import check_algo
 from asyncrl.config import Config, ConfigError
-from asyncrl.envs.registry import check_env_options
+from asyncrl.envs.registry import check_env_options, check_env_size
 from asyncrl.models.probe import check_model_env
 from asyncrl.models.registry import check_model
 from asyncrl.resolve import resume_changes
@@ -146,6 +146,7 @@ def run(cfg: Config, out: Callable[..., None] = print,
 
         engine = Runner(cfg, callbacks=callbacks, ranks=ranks)  # builds the env once
         check_env_left_cuda_alone(cfg.env)
+    check_env_size(cfg, engine.spec)  # a VectorEnv of a size of its own, before anything is written
     check_model_env(cfg, engine.spec, fork=not cfg.serial)  # --encoder fits the env (a user's module)
     for line in scaling_lines(cfg):
         out(line, flush=True)

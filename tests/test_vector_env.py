@@ -156,6 +156,7 @@ def test_bad_batched_envs_stop_the_run_in_one_line(env: str, message: str, tmp_p
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.rglob("*")), "bad input must leave nothing written"
 
 
 def test_gymnax_without_its_extra_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

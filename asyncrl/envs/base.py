@@ -100,6 +100,7 @@ class EnvSpec:
     channels_last: bool = False  # the env returns (H, W, C) images; obs_shape is (C, H, W), the backend transposes
     obs_keys: tuple[ObsKey, ...] = ()  # a Dict observation's keys; () for a Box observation
     batched: bool = False  # stepped as one gymnasium VectorEnv per worker split (asyncrl/envs/vector_env.py)
+    fixed_num_envs: int = 0  # a VectorEnv callable without a num_envs argument always makes this many (0: any)
 
     @property
     def is_dict(self) -> bool:

@@ -105,12 +105,14 @@ def _atari_vec(name: str, num_envs: int, training: bool, render_mode: str | None
 
 
 def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
-    made = _gym_maker(name, None, env_kwargs, env_vectorization)(1)
+    make = _gym_maker(name, None, env_kwargs, env_vectorization)
+    made = make(1)
     if isinstance(made, gym.vector.VectorEnv):
         from asyncrl.envs.vector_env import vector_env_spec
 
         try:
-            return vector_env_spec(name, made)
+            spec = vector_env_spec(name, made)
+            return spec if getattr(make, "sized", True) else dataclasses.replace(spec, fixed_num_envs=made.num_envs)
         finally:
             made.close()
     env = _check_env(name, made)
@@ -202,6 +204,14 @@ BACKENDS: list[Backend] = [
 def backend_for(name: str) -> Backend:
     """The `BACKENDS` row that serves env `name`."""
     return next(b for b in BACKENDS if b.matches(name))
+
+
+def check_env_size(cfg: Config, spec: EnvSpec) -> None:
+    """EnvError (one line) when the env's VectorEnv always has another size than a worker split's env count."""
+    if spec.fixed_num_envs and spec.fixed_num_envs != cfg.envs_per_split:
+        raise EnvError(f"{cfg.env!r} returned a VectorEnv of {spec.fixed_num_envs} envs where {cfg.envs_per_split} "
+                       f"were asked for; give the callable a num_envs argument, or set --envs-per-worker to "
+                       f"{spec.fixed_num_envs} x --worker-splits")
 
 
 def check_env_options(cfg: Config) -> None:
@@ -358,6 +368,7 @@ def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[st
                 raise
             raise EnvError(f"{name!r} does not take --env-kwargs {kwargs}: {_first_line(e)}") from e
 
+    make.sized = sized  # type: ignore[attr-defined]  # False: a VectorEnv it returns has a size of its own
     return make
 
 
