@@ -271,6 +271,8 @@ def _finite_training(run_dir: Path) -> list[dict]:
     records = [r for r in read_metrics(run_dir) if r.get("policy_loss") is not None]
     assert records, "no training record"
     assert all(math.isfinite(r[k]) for r in records for k in ("policy_loss", "value_loss", "grad_norm"))
+    print(f"\n{run_dir.name}: policy version {records[-1]['policy_version']} at {records[-1]['frames']:,} frames, "
+          f"{sum(r.get('eval_return_mean') is not None for r in records)} eval records")
     assert records[-1]["policy_version"] >= 5 and not records[-1].get("nonfinite_updates")
     assert list((run_dir / "checkpoints").glob("ckpt_*.pt"))
     return records
@@ -279,8 +281,8 @@ def _finite_training(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
 def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(tmp_path: Path, rnn: str,
                                                                                 capsys) -> None:
-    extra = ["--eval-every", "2000", "--eval-episodes", "2"] if rnn == "gru" else []  # the evaluator carries state
-    proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", "6000", "--experiment", rnn, *extra)
+    extra = ["--eval-every", "1000", "--eval-episodes", "2"] if rnn == "gru" else []  # the evaluator carries state
+    proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", "3000", "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "train" / rnn
     records = _finite_training(run_dir)
@@ -332,10 +334,10 @@ def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(
 
 def test_a_user_encoder_trains_through_asyncrl_train_and_resumes(tmp_path: Path) -> None:
     args = ["--encoder", "recurrent_models:small_encoder", "--rnn", "gru", "--experiment", "user"]
-    proc = _train(tmp_path, *args, "--frames", "3000")
+    proc = _train(tmp_path, *args, "--frames", "1500")
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = _finite_training(tmp_path / "user")
-    resumed = _train(tmp_path, *args, "--frames", "5000", "--resume")
+    resumed = _train(tmp_path, *args, "--frames", "2500", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _finite_training(tmp_path / "user")[-1]["policy_version"] > first[-1]["policy_version"]
     refused = _train(tmp_path, "--experiment", "user", "--frames", "6000", "--resume", "--rnn", "lstm")
