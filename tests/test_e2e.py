@@ -95,7 +95,7 @@ def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: 
 
 def test_resume_continues_versions_and_frames(tmp_path: Path, reap: list[TrainRun]) -> None:
     flags = [*CARTPOLE_FLAGS, "--report-interval", "1"]
-    first = start_train([*flags, "--seconds", "6"], tmp_path / "train", "resume")
+    first = start_train([*flags, "--seconds", "4"], tmp_path / "train", "resume")
     reap.append(first)
     assert first.wait(timeout=90) == 0, first.stderr()
     before = first.records()
@@ -106,7 +106,7 @@ def test_resume_continues_versions_and_frames(tmp_path: Path, reap: list[TrainRu
     saved_version = int(Path(checkpoints[0]).stem.split("_")[1])
     assert saved_version >= last["policy_version"] > 1 and last["frames"] > 0
 
-    second = start_train([*flags, "--seconds", "6", "--resume"], tmp_path / "train", "resume")
+    second = start_train([*flags, "--seconds", "4", "--resume"], tmp_path / "train", "resume")
     reap.append(second)
     assert second.wait(timeout=90) == 0, second.stderr()
     assert "resumed from" in second.stdout()
