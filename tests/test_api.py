@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # is 13x random. Healthy runs go far past it: on the idle machine 475 after 73k-125k env steps; with the 2 cores
 # loaded 5-15x by other jobs, 300 after 39k, 54k and 57k in three runs; the weakest loaded run on record peaked
 # at 424.
-FRAMES = 150_000
+FRAMES = 300_000  # the vector_batched preset: its rate decays to 0 at --frames, 150k ends learning early
 TARGET = 300.0
 # A callback stops the run once the 100-episode mean reaches SOLVED (else --frames does), so the final policy is
 # a good one, not wherever the last update left it: one run that went on to 150k frames played [312, 273, 500].

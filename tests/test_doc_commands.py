@@ -314,7 +314,7 @@ def code_block_after(doc: str, marker: str, lang: str) -> str:
 
 
 def test_readme_first_run_plot_video_and_exports(tmp_path: Path) -> None:
-    train = find("README.md", "asyncrl-train --env CartPole-v1 --frames 150000")
+    train = find("README.md", "asyncrl-train --env CartPole-v1 --frames 300000")
     run(budgeted(list(train.words)), tmp_path)
     assert (tmp_path / "train_dir" / "CartPole-v1" / "metrics.jsonl").stat().st_size > 0
     run(list(find("README.md", "asyncrl-plot").words), tmp_path)
