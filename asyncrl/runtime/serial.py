@@ -79,7 +79,7 @@ from asyncrl.runtime.roles.learner import (
     set_up_torch,
 )
 from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS
-from asyncrl.runtime.roles.rollout_worker import _keep_final_obs
+from asyncrl.runtime.roles.rollout_worker import _keep_final_obs, skip_reset_rows
 from asyncrl.runtime.roles.runner import (
     final_checkpoint_line,
     interval_record,
@@ -312,9 +312,7 @@ class SerialRun:
             np.logical_or(terminated[slot, t], truncated[slot, t], out=first[slot, t + 1])  # episode ends -> starts
             skipped = env.skipped
             if skipped is not None and skipped.any():  # the env's own reset (NEXT_STEP): no agent step
-                valid[slot, t, skipped] = False
-                first[slot, t + 1, skipped] = True
-                steps -= int(skipped.sum())
+                steps -= skip_reset_rows(skipped, valid[slot, t], first[slot, t + 1])
             faults = getattr(env, "faults", None)
             if faults:  # env instances the backend replaced
                 errors = self._replaced(split, slot, t, faults)

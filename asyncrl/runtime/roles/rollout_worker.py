@@ -97,7 +97,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         agent_steps = cfg.envs_per_split
         skipped = envs[split].skipped
         if skipped is not None and skipped.any():  # the env's own reset steps (NEXT_STEP): not agent steps
-            agent_steps -= _skip(skipped, valid[slot, t], first[slot, t + 1])
+            agent_steps -= skip_reset_rows(skipped, valid[slot, t], first[slot, t + 1])
         if faults[split]:
             stats.add("env_errors", guard.replaced(split, slot, t))
         t2 = time.monotonic()
@@ -144,7 +144,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     _close(envs)
 
 
-def _skip(skipped: np.ndarray, valid: np.ndarray, first: np.ndarray) -> int:
+def skip_reset_rows(skipped: np.ndarray, valid: np.ndarray, first: np.ndarray) -> int:
     """Leave the rows of a reset step out of training and start their episodes at the next observation; how many."""
     np.logical_and(valid, ~skipped, out=valid)
     np.logical_or(first, skipped, out=first)
