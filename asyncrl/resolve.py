@@ -158,11 +158,34 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
         merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
     if saved is None:  # a resumed run's config.json holds the rule it resolved
         merged.update(default_lr_rule(merged, explicit, preset))
+    if saved is None and "envs_per_worker" not in explicit:
+        merged.update(agent_columns(merged, explicit))
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     if merged.get("serial"):
         merged.update({k: 1 for k in SERIAL_ONES if k not in explicit})  # validate() refuses a given one
     return Config(**merged).resolve()
+
+
+def agent_columns(settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+    """For a multi-agent env (each agent an env column), --envs-per-worker rounded up to whole env instances per
+    worker split, and --batch-size (unless given) up to whole trajectories of them; {} for other envs."""
+    try:
+        from asyncrl.envs.registry import make_env_spec
+
+        agents = make_env_spec(settings).num_agents
+    except Exception:  # a bad env name: the runner says so with its own one-line error
+        return {}
+    splits, rollout = max(1, int(settings["worker_splits"])), max(1, int(settings["rollout"]))
+    per_split = max(1, int(settings["envs_per_worker"]) // splits)
+    if agents <= 1 or per_split % agents == 0:
+        return {}
+    per_split = -(-per_split // agents) * agents
+    out: dict[str, Any] = {"envs_per_worker": per_split * splits}
+    if "batch_size" not in explicit:
+        trajectory = per_split * rollout
+        out["batch_size"] = -(-int(settings["batch_size"]) // trajectory) * trajectory
+    return out
 
 
 def default_lr_rule(settings: dict[str, Any], explicit: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:

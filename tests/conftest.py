@@ -171,6 +171,51 @@ def serve_request(channels: Any, traj: Any, deadline: float,
     raise AssertionError("no request from the rollout worker in time")
 
 
+def collect_rollout_slots(cfg: Any, order: list[int]) -> tuple[dict[str, Any], list[dict]]:
+    """Run the real rollout worker (worker 0, one split) on `cfg`'s env, serving every request with action 0, for
+    the slots `order` one after another; (a copy of the slot arrays, the worker's rollout reports)."""
+    import multiprocessing as mp
+
+    import numpy as np
+
+    from asyncrl.envs.registry import make_env_spec
+    from asyncrl.runtime.plumbing.channels import Channels, Empty
+    from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
+    from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
+
+    cfg.validate()
+    traj = allocate_trajectories(cfg, make_env_spec(cfg))
+    channels = Channels.create(cfg.workers, num_slots(cfg))
+    channels.free.put(order[0])
+    proc = mp.get_context("fork").Process(target=run_rollout_worker, args=(0, cfg, traj, channels), daemon=True)
+    proc.start()
+    reports: list[dict] = []
+    try:
+        deadline = time.monotonic() + 60
+        for i, slot in enumerate(order):
+            for t in range(cfg.rollout):
+                assert serve_request(channels, traj, deadline) == (slot, t)
+            assert channels.full.get(timeout=30) == slot
+            if i + 1 < len(order):
+                channels.free.put(order[i + 1])
+        time.sleep(1.3)  # the worker, waiting for a free slot, sends its interval's counts (every second)
+        while True:
+            try:
+                kind, _, _, payload = channels.reports.get(timeout=0.2)
+            except Empty:
+                break
+            if kind == "rollout":
+                reports.append(payload)
+        arrays = {k: np.array(traj[k]) for k in traj}
+    finally:
+        channels.request_stop()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return arrays, reports
+
+
 # The longest test files first (measured: the sums of their tests' durations on 2 cores). pytest-xdist's
 # --dist loadfile hands each worker the next file in collection order as it frees up, so starting the long ones
 # early keeps one worker from running a 90 s file alone at the end.

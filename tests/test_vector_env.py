@@ -7,8 +7,6 @@ slot row can be checked against where it came from, in every autoreset mode.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,10 +19,8 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvError
 from asyncrl.envs.registry import make_env_spec, make_vec_env
 from asyncrl.envs.vector_env import VectorVecEnv
-from asyncrl.runtime.plumbing.channels import Channels, Empty
-from asyncrl.runtime.plumbing.trajectories import NO_FINAL, allocate_trajectories, num_slots
-from asyncrl.runtime.roles.rollout_worker import run_rollout_worker
-from tests.conftest import run_cli, serve_request
+from asyncrl.runtime.plumbing.trajectories import NO_FINAL
+from tests.conftest import collect_rollout_slots, run_cli
 from tests.vector_envs import episode_length
 
 ENVS, ROLLOUT = 4, 12
@@ -36,38 +32,8 @@ def collect_two_slots(mode: str) -> tuple[dict[str, np.ndarray], list[int], list
     in order, the worker's reports)."""
     cfg = Config(env="tests.vector_envs:coded", env_kwargs=json.dumps({"autoreset_mode": mode}), workers=1,
                  envs_per_worker=ENVS, worker_splits=1, rollout=ROLLOUT, batch_size=ENVS * ROLLOUT, minibatches=1)
-    cfg.validate()
-    traj = allocate_trajectories(cfg, make_env_spec(cfg))
-    channels = Channels.create(cfg.workers, num_slots(cfg))
-    order = [0, 1]
-    channels.free.put(order[0])
-    proc = mp.get_context("fork").Process(target=run_rollout_worker, args=(0, cfg, traj, channels), daemon=True)
-    proc.start()
-    reports: list[dict] = []
-    try:
-        deadline = time.monotonic() + 60
-        for slot in order:
-            for t in range(ROLLOUT):
-                assert serve_request(channels, traj, deadline) == (slot, t)
-            assert channels.full.get(timeout=30) == slot
-            if slot == order[0]:
-                channels.free.put(order[1])
-        time.sleep(1.3)  # the worker, waiting for a free slot, sends its interval's counts (every second)
-        while True:
-            try:
-                kind, _, _, payload = channels.reports.get(timeout=0.2)
-            except Empty:
-                break
-            if kind == "rollout":
-                reports.append(payload)
-        arrays = {k: np.array(traj[k]) for k in traj}
-    finally:
-        channels.request_stop()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    return arrays, order, reports
+    arrays, reports = collect_rollout_slots(cfg, [0, 1])
+    return arrays, [0, 1], reports
 
 
 def check_slot(a: dict[str, np.ndarray], slot: int, mode: str) -> int:

@@ -101,6 +101,7 @@ class EnvSpec:
     obs_keys: tuple[ObsKey, ...] = ()  # a Dict observation's keys; () for a Box observation
     batched: bool = False  # stepped as one gymnasium VectorEnv per worker split (asyncrl/envs/vector_env.py)
     fixed_num_envs: int = 0  # a VectorEnv callable without a num_envs argument always makes this many (0: any)
+    num_agents: int = 1  # a multi-agent env's agents per instance, each an env column (asyncrl/envs/multi_agent.py)
 
     @property
     def is_dict(self) -> bool:

@@ -116,6 +116,43 @@ def _training_info_hook(env: gym.Env) -> Callable[[dict], object] | None:
     return hook if callable(hook) else None
 
 
+class EnvActions:
+    """The policy's actions (a batch of stored rows) as the values an env's `step` takes: indices plus the space's
+    start, MultiDiscrete components likewise, Box actions clipped to their bounds, a flat Tuple row as a tuple."""
+
+    def __init__(self, spec: EnvSpec) -> None:
+        self.spec, space = spec, spec.action_space
+        if spec.discrete:
+            self._start = int(space.start)
+        elif spec.multi_discrete:
+            self._multi_start = np.asarray(space.start, dtype=space.dtype)
+        elif not spec.is_tuple:
+            self._low, self._high = space.low, space.high
+
+    def __call__(self, actions: np.ndarray) -> list:
+        spec = self.spec
+        if spec.discrete:
+            return [int(a) + self._start for a in actions]
+        if spec.multi_discrete:
+            return list(actions.astype(self._multi_start.dtype) + self._multi_start)
+        if spec.is_tuple:
+            return [self._tuple_action(a) for a in actions]
+        return list(np.clip(actions, self._low, self._high).astype(spec.action_space.dtype))
+
+    def _tuple_action(self, flat: np.ndarray) -> tuple:
+        """One env's flat action vector as the Tuple the env takes (indices plus start, Box parts clipped)."""
+        out: list = []
+        for p in self.spec.parts:
+            a = flat[p.offset:p.offset + p.width]
+            if p.kind == "discrete":
+                out.append(int(round(float(a[0]))) + int(p.space.start))
+            elif p.kind == "multi_discrete":
+                out.append(np.rint(a).astype(p.space.dtype) + p.space.start)
+            else:
+                out.append(np.clip(a, p.space.low, p.space.high).astype(p.space.dtype))
+        return tuple(out)
+
+
 class GymVecEnv(VecEnv):
     """`num_envs` envs made by `factory`, stepped one after another in this process."""
 
@@ -132,19 +169,11 @@ class GymVecEnv(VecEnv):
             first.close()
             raise
         self.envs = [first] + [factory() for _ in range(num_envs - 1)]
-        space = self.spec.action_space
+        self._actions = EnvActions(self.spec)
         self._to_chw = self.spec.channels_last
         self._chw_keys = tuple(k.key for k in self.spec.obs_keys if k.channels_last)
         if self.spec.is_dict:
             self._chw = self._chw_dict  # type: ignore[method-assign]
-        if self.spec.discrete:
-            self._start = int(space.start)
-        elif self.spec.multi_discrete:
-            self._multi_start = np.asarray(space.start, dtype=space.dtype)
-        elif self.spec.is_tuple:
-            self._parts = self.spec.parts
-        else:
-            self._low, self._high = space.low, space.high
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self._len = np.zeros(num_envs, dtype=np.int64)
         self.wants_training_info = _training_info_hook(first) is not None
@@ -170,14 +199,7 @@ class GymVecEnv(VecEnv):
         self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
         truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
-        if self.spec.discrete:
-            acts = [int(a) + self._start for a in actions]
-        elif self.spec.multi_discrete:
-            acts = list(actions.astype(self._multi_start.dtype) + self._multi_start)
-        elif self.spec.is_tuple:
-            acts = [self._tuple_action(a) for a in actions]
-        else:
-            acts = list(np.clip(actions, self._low, self._high).astype(self.spec.action_space.dtype))
+        acts = self._actions(actions)
         stats: list[EpisodeStats] = []
         for i, env in enumerate(self.envs):
             try:
@@ -209,19 +231,6 @@ class GymVecEnv(VecEnv):
                     obs = self._replace(i, "reset", exc)
             obs_out[i] = self._chw(obs)
         return stats
-
-    def _tuple_action(self, flat: np.ndarray) -> tuple:
-        """One env's flat action vector as the Tuple the env takes (indices plus start, Box parts clipped)."""
-        out: list = []
-        for p in self._parts:
-            a = flat[p.offset:p.offset + p.width]
-            if p.kind == "discrete":
-                out.append(int(round(float(a[0]))) + int(p.space.start))
-            elif p.kind == "multi_discrete":
-                out.append(np.rint(a).astype(p.space.dtype) + p.space.start)
-            else:
-                out.append(np.clip(a, p.space.low, p.space.high).astype(p.space.dtype))
-        return tuple(out)
 
     def _chw(self, obs: np.ndarray) -> np.ndarray:
         """A channels-last image as (C, H, W) (a view: the copy is the write into the slot); else as is."""

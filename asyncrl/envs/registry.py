@@ -37,11 +37,12 @@ from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_key
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec, spaces_env_spec
+from asyncrl.envs.multi_agent import MultiAgentVecEnv, check_agent_columns, is_multi_agent, multi_agent_spec
 from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
 
 ATARI_PREFIX = "atari_"
-NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, null, or "
-             "module:callable")
+NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, "
+             "pettingzoo:<family>.<env>, null, or module:callable")
 EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
 
 
@@ -107,6 +108,11 @@ def _atari_vec(name: str, num_envs: int, training: bool, render_mode: str | None
 def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
     make = _gym_maker(name, None, env_kwargs, env_vectorization)
     made = make(1)
+    if is_multi_agent(made):
+        try:
+            return multi_agent_spec(name, made)
+        finally:
+            made.close()
     if isinstance(made, gym.vector.VectorEnv):
         from asyncrl.envs.vector_env import vector_env_spec
 
@@ -130,12 +136,60 @@ def _gym_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
         from asyncrl.envs.vector_env import VectorVecEnv
 
         return VectorVecEnv(name, lambda n: made, num_envs)
+    if is_multi_agent(made):
+        return _multi_agent_vec(name, made, lambda: make(1), num_envs)
     first = [_check_env(name, made)]  # the first env is the one just made; the others are made as it was
 
     def factory() -> gym.Env:
         return first.pop() if first else _check_env(name, make(1))
 
     return GymVecEnv(name, factory, num_envs)
+
+
+def _multi_agent_vec(name: str, made: object, make_one: Callable[[], object], num_envs: int) -> VecEnv:
+    """A MultiAgentVecEnv whose first instance is `made`, the others made by `make_one`."""
+    first = [made]
+    return MultiAgentVecEnv(name, lambda: first.pop() if first else make_one(), num_envs)
+
+
+PETTINGZOO_PREFIX = "pettingzoo:"
+
+
+def _pettingzoo_maker(name: str, env_kwargs: dict[str, Any] | None = None) -> Callable[[], object]:
+    """make(): `pettingzoo:<family>.<env>` as that PettingZoo module's parallel_env(**env_kwargs)."""
+    path = name[len(PETTINGZOO_PREFIX):]
+    if importlib.util.find_spec("pettingzoo") is None:
+        raise EnvError(f"{name!r} needs the multiagent extra (pettingzoo): pip install 'asyncrl[multiagent]'")
+    try:
+        module = importlib.import_module(f"pettingzoo.{path}")
+    except ImportError as e:
+        raise EnvError(f"cannot import pettingzoo.{path} for env {name!r}: {_first_line(e)} (names are "
+                       f"pettingzoo:<family>.<env>, e.g. pettingzoo:butterfly.knights_archers_zombies_v11)") from None
+    if not hasattr(module, "parallel_env"):
+        raise EnvError(f"pettingzoo.{path} has no parallel_env (turn-based AEC envs are not supported); asyncrl "
+                       f"steps PettingZoo's ParallelEnv API")
+    kwargs = dict(env_kwargs or {})
+
+    def make() -> object:
+        try:
+            return module.parallel_env(**kwargs)
+        except Exception as e:  # noqa: BLE001 - the env's own complaint about its arguments, as one line
+            raise EnvError(f"cannot make {name!r} with --env-kwargs {kwargs}: {_first_line(e)}") from None
+
+    return make
+
+
+def _pettingzoo_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    env = _pettingzoo_maker(name, env_kwargs)()
+    try:
+        return multi_agent_spec(name, env)
+    finally:
+        env.close()
+
+
+def _pettingzoo_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                    env_kwargs: dict[str, Any] | None = None) -> VecEnv:
+    return MultiAgentVecEnv(name, _pettingzoo_maker(name, env_kwargs), num_envs)
 
 
 def _check_env(name: str, made: object) -> gym.Env:
@@ -193,6 +247,8 @@ BACKENDS: list[Backend] = [
             train_options=("env_threads", "max_episode_frames"), family="atari"),
     Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env", _gymnax_spec,
             _gymnax_vec, options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
+    Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
+            _pettingzoo_spec, _pettingzoo_vec, options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
     Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
             family="mujoco", info_keys=True),
     # a registered gymnasium id (batched where it has a vectorised implementation) or module:callable
@@ -207,7 +263,9 @@ def backend_for(name: str) -> Backend:
 
 
 def check_env_size(cfg: Config, spec: EnvSpec) -> None:
-    """EnvError (one line) when the env's VectorEnv always has another size than a worker split's env count."""
+    """EnvError (one line) when the env's VectorEnv always has another size than a worker split's env count, or a
+    worker split's env columns are not whole instances of a multi-agent env."""
+    check_agent_columns(cfg.env, spec, cfg.envs_per_split)
     if spec.fixed_num_envs and spec.fixed_num_envs != cfg.envs_per_split:
         raise EnvError(f"{cfg.env!r} returned a VectorEnv of {spec.fixed_num_envs} envs where {cfg.envs_per_split} "
                        f"were asked for; give the callable a num_envs argument, or set --envs-per-worker to "
