@@ -102,6 +102,40 @@ def check_experiment_name(name: str) -> None:
                           f"blank); to write elsewhere use --train-dir")
 
 
+PBT_SETTINGS = ("lr", "entropy_coeff", "clip_ratio", "gamma")  # what --policy-settings sets and PBT perturbs
+
+
+def policy_settings(cfg: Config) -> list[dict[str, float]]:
+    """--policy-settings as one dict per policy ({} each when not given); ConfigError (one line) if malformed."""
+    if not cfg.policy_settings.strip():
+        return [{} for _ in range(cfg.num_policies)]
+    try:
+        value = json.loads(cfg.policy_settings)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--policy-settings is not valid JSON ({exc.msg}); give a list of objects, e.g. "
+                          f"'[{{\"lr\": 1e-6}}, {{}}]'") from None
+    if not isinstance(value, list) or len(value) != cfg.num_policies or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"--policy-settings must be a JSON list of {cfg.num_policies} objects, one per policy "
+                          f"(--num-policies {cfg.num_policies})")
+    for entry in value:
+        for key, v in entry.items():
+            if key not in PBT_SETTINGS:
+                raise ConfigError(f"--policy-settings sets {key!r}; it takes {', '.join(PBT_SETTINGS)}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+                raise ConfigError(f"--policy-settings {key} must be a non-negative number (got {v!r})")
+    return [{k: float(v) for k, v in entry.items()} for entry in value]
+
+
+def member_config(cfg: Config, settings: dict[str, float]) -> Config:
+    """One policy's settings: `cfg` with its --policy-settings entry (or PBT's current values) applied."""
+    return dataclasses.replace(cfg, **settings) if settings else cfg
+
+
+def member_settings(cfg: Config) -> dict[str, float]:
+    """The settings --policy-settings and PBT can set, as `cfg` has them."""
+    return {k: float(getattr(cfg, k)) for k in PBT_SETTINGS}
+
+
 @dataclass
 class Config:
     """One asyncrl run. Field docs double as `--help` text."""
@@ -180,6 +214,24 @@ class Config:
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
         "help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    # --- populations: several policies, population-based training (docs/populations.md) ---
+    num_policies: int = field(default=1, metadata={"algos": PPO_ONLY,
+        "help": "policies trained at once, each with its own weights, optimiser and version (one learner process "
+                "trains them all); --policy-mapping says which acts where"})
+    policy_mapping: str = field(default="fixed", metadata={"algos": PPO_ONLY,
+        "help": "fixed (a multi-agent env's agent k, or a single-agent env's env column k, is policy k mod "
+                "--num-policies) or random (each agent draws a policy at each episode start)"})
+    policy_settings: str = field(default="", metadata={"algos": PPO_ONLY,
+        "help": "per-policy starting settings, a JSON list with one object per policy, of lr, entropy_coeff, "
+                "clip_ratio and gamma, e.g. '[{\"lr\": 1e-6}, {}, {}, {}]' (the flags' values elsewhere)"})
+    pbt: bool = field(default=False, metadata={"algos": PPO_ONLY,
+        "help": "population-based training over the --num-policies policies: every --pbt-period frames the worst "
+                "--pbt-fraction copy the best's weights and settings and perturb them (pbt.jsonl)"})
+    pbt_period: int = field(default=1_000_000, metadata={"algos": PPO_ONLY,
+        "help": "frames between PBT rounds"})
+    pbt_fraction: float = field(default=0.25, metadata={"algos": PPO_ONLY,
+        "help": "the share of the population replaced each PBT round (at least one policy), and the share it "
+                "copies from"})
     # --- model: encoder and recurrent core (docs/models.md) ---
     encoder: str = field(default="auto", metadata={"algos": PPO_ONLY,
         "help": "auto (the Nature CNN for images, an MLP for vectors), nature, impala (the IMPALA ResNet), mlp, or "
@@ -365,6 +417,31 @@ class Config:
             raise ConfigError("--lr-schedule linear needs --frames to know where the schedule ends")
         self._validate_around_run()
         self._validate_scaling()
+        self._validate_population()
+
+    def _validate_population(self) -> None:
+        """--num-policies, --policy-mapping, --policy-settings and --pbt."""
+        if self.num_policies < 1:
+            raise ConfigError(f"--num-policies must be at least 1 (got {self.num_policies})")
+        if self.policy_mapping not in ("fixed", "random"):
+            raise ConfigError(f"--policy-mapping must be fixed or random (got {self.policy_mapping!r})")
+        policy_settings(self)
+        if self.num_policies > 1 and self.serial:
+            raise ConfigError("--serial trains one policy; drop --num-policies or --serial")
+        if self.num_policies > 1:
+            from asyncrl.scaling import world_size
+
+            if world_size() > 1:
+                raise ConfigError(f"--num-policies trains its population in one learner process; torchrun started "
+                                  f"{world_size()} ranks: launch asyncrl-train without torchrun")
+        if self.num_policies > 1 and self.deterministic:
+            raise ConfigError("--deterministic trains one policy; drop --num-policies or --deterministic")
+        if self.pbt and self.num_policies < 2:
+            raise ConfigError(f"--pbt needs a population: set --num-policies 2 or more (got {self.num_policies})")
+        if self.pbt_period < 1:
+            raise ConfigError(f"--pbt-period must be at least 1 frame (got {self.pbt_period})")
+        if not 0.0 < self.pbt_fraction <= 0.5:
+            raise ConfigError(f"--pbt-fraction must be in (0, 0.5] (got {self.pbt_fraction})")
 
     def _validate_serial(self) -> None:
         """--serial runs everything in this process: one inference path, and no torchrun group."""

@@ -96,13 +96,14 @@ def _finite_list(values: Any) -> list[float | None]:
     return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
-def export_policy(run_dir: str, fmt: str, out: str, best: bool = False) -> dict[str, str]:
+def export_policy(run_dir: str, fmt: str, out: str, best: bool = False, policy_index: int = 0) -> dict[str, str]:
     """Write the policy as `out` (TorchScript or ONNX) with `<stem>.json` and `<stem>.safetensors` beside it;
-    from the newest good checkpoint, or with `best` from checkpoints/best.pt."""
+    from the newest good checkpoint, or with `best` from checkpoints/best.pt (`policy_index`: which policy of a
+    --num-policies run)."""
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}")
     try:
-        run = load_run_policy(run_dir, best=best)
+        run = load_run_policy(run_dir, best=best, policy=policy_index)
     except PolicyLoadError as exc:
         raise ExportError(str(exc)) from None
     policy = run.head

@@ -45,8 +45,9 @@ class LoadedRun:
     version: Any
 
 
-def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> LoadedRun:
-    """The run's policy from its latest good checkpoint (`best`: from checkpoints/best.pt), float32, eval mode."""
+def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False, policy: int = 0) -> LoadedRun:
+    """The run's policy from its latest good checkpoint (`best`: from checkpoints/best.pt), float32, eval mode;
+    `policy` picks one of a --num-policies run's."""
     from asyncrl.config import Config
     from asyncrl.envs.base import EnvError
     from asyncrl.envs.registry import make_env_spec
@@ -66,7 +67,17 @@ def load_run_policy(run_dir: str, device: str = "cpu", best: bool = False) -> Lo
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
     except EnvError as exc:
         raise PolicyLoadError(f"cannot build the env {cfg.env!r} to size the model: {exc}") from None
-    return restore_policy(state, path, spec, device)
+    return restore_policy(state, path, spec, device, policy)
+
+
+def policy_learner_state(state: dict[str, Any], path: str, policy: int = 0) -> dict[str, Any]:
+    """The learner state of policy `policy` of a checkpoint (0: `learner`; a --num-policies run keeps the others
+    in `policies`); PolicyLoadError (one line) when the run has no such policy."""
+    count = 1 + len(state.get("policies", []))
+    if not 0 <= policy < count:
+        raise PolicyLoadError(f"{path} holds {count} {'policy' if count == 1 else 'policies'} (0..{count - 1}); "
+                              f"there is no policy {policy}")
+    return state["learner"] if policy == 0 else state["policies"][policy - 1]
 
 
 def read_checkpoint(run_dir: str, best: bool, warn) -> tuple[str, dict[str, Any]]:
@@ -87,8 +98,10 @@ def read_checkpoint(run_dir: str, best: bool, warn) -> tuple[str, dict[str, Any]
         raise CheckpointError(f"cannot read {path} ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None
 
 
-def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str = "cpu") -> LoadedRun:
-    """The policy a checkpoint's `learner` state holds, as the run's algo publishes it (`asyncrl.agents`)."""
+def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str = "cpu",
+                   policy_index: int = 0) -> LoadedRun:
+    """The policy a checkpoint's `learner` state holds (of policy `policy_index` in a --num-policies run), as the
+    run's algo publishes it (`asyncrl.agents`)."""
     from asyncrl.agents.registry import published_policy
     from asyncrl.config import Config, ConfigError
 
@@ -98,15 +111,16 @@ def restore_policy(state: dict[str, Any], path: str, spec: EnvSpec, device: str 
         published = published_policy(cfg.algo)
     except (KeyError, TypeError, json.JSONDecodeError, ConfigError) as exc:
         raise PolicyLoadError(f"{path} does not hold a run configuration ({exc})") from None
+    learner = policy_learner_state(state, path, policy_index)
     policy = published.build_policy(spec, cfg, torch.device(device))
     try:
-        policy.load_state_dict(state["learner"][published.policy_state_key])
+        policy.load_state_dict(learner[published.policy_state_key])
     except (RuntimeError, KeyError, TypeError) as exc:
         raise PolicyLoadError(f"{path} does not match the model for {spec.name}: {str(exc).splitlines()[0]}"
                               ) from None
     policy.eval()
     head = published.policy_head(policy, spec).to(device)  # the head's own buffers go where the policy is
-    return LoadedRun(policy, head.eval(), spec, config, path, state["learner"].get("version"))
+    return LoadedRun(policy, head.eval(), spec, config, path, learner.get("version"))
 
 
 class Policy(nn.Module):
@@ -233,7 +247,8 @@ class RecurrentPolicy(Policy):
         return self._actions_out(actions, as_numpy, single), after
 
 
-def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: bool = False) -> Policy:
+def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: bool = False,
+                policy: int = 0) -> Policy:
     """The policy of the run's newest good checkpoint (`best`: of checkpoints/best.pt, the best evaluation of a
     run trained with --eval-every), in eval mode: `policy(obs) -> action`. Any `--algo`.
 
@@ -242,7 +257,8 @@ def load_policy(run_dir: str, sample: bool = False, device: str = "cpu", best: b
     `sample=True` samples actions from the policy's distribution instead of taking the most likely one;
     `policy(obs, sample=...)` overrides it per call. Raises PolicyLoadError if the run has no usable policy.
     A run trained with --rnn gives a `RecurrentPolicy`: `state = policy.initial_state(n)`, then
-    `action, state = policy(obs, state)` at each step (`policy.recurrent` tells the two apart).
+    `action, state = policy(obs, state)` at each step (`policy.recurrent` tells the two apart). A run trained
+    with --num-policies N holds N policies: `policy=k` picks one (0 by default).
     """
-    run = load_run_policy(run_dir, device, best)
+    run = load_run_policy(run_dir, device, best, policy)
     return (RecurrentPolicy if run.head.state_layout() else Policy)(run, sample).eval()

@@ -10,7 +10,7 @@ the env resetting each agent itself), with `info["final_obs"]` at truncations.
 
 `MatchEnv` is a cooperative task that learns in seconds: each of the 3 agents sees a random one-hot cue of 8 and
 the team is rewarded for every agent that answers its own cue (1/3 a hit, to every agent); 8 steps an episode,
-so returns run from 1 (random) to 8 (solved) per agent.
+so returns run from 1 (random) to 8 (solved) per agent. `team=False` rewards each agent for its own answer.
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ class MatchEnv:
     metadata: dict = {}
     CUES, LENGTH = 8, 8
 
-    def __init__(self) -> None:
+    def __init__(self, team: bool = True) -> None:
+        self.team = team  # False: each agent is rewarded for its own answer only
         self.possible_agents = ["a", "b", "c"]
         self.agents: list[str] = []
         self.rng = np.random.default_rng(0)
@@ -132,12 +133,12 @@ class MatchEnv:
         return self._obs(), {a: {} for a in self.agents}
 
     def step(self, actions: dict):
-        hits = sum(int(actions[a]) == c for a, c in zip(self.possible_agents, self.cues))
+        hit = {a: float(int(actions[a]) == c) for a, c in zip(self.possible_agents, self.cues)}
         self.t += 1
         done = self.t == self.LENGTH
-        reward = hits / 3.0
+        team = sum(hit.values()) / 3.0
         obs = self._obs()
-        out = (obs, {a: reward for a in self.agents}, {a: False for a in self.agents},
+        out = (obs, {a: team if self.team else hit[a] for a in self.agents}, {a: False for a in self.agents},
                {a: done for a in self.agents}, {a: {} for a in self.agents})
         if done:
             self.agents = []
@@ -159,5 +160,5 @@ def mixed_spaces() -> CodedParallelEnv:
     return CodedParallelEnv(3, mixed_spaces=True)
 
 
-def match() -> MatchEnv:
-    return MatchEnv()
+def match(team: bool = True) -> MatchEnv:
+    return MatchEnv(team)

@@ -69,7 +69,7 @@ def test_the_learner_re_runs_exactly_the_states_the_policy_worker_acted_from(cor
     wiring = build_wiring(cfg, spec)
     torch.manual_seed(0)
     learner = APPOLearner(cfg, spec, torch.device("cpu"))
-    WeightsPublisher(learner.policy_module(), wiring.weights).publish(1)
+    WeightsPublisher(learner.policy_module(), wiring.weights[0]).publish(1)
     children = []
     for proc in wiring.processes:
         if proc.name in ("policy-0", "rollout-0"):

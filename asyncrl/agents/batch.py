@@ -41,6 +41,7 @@ class Batch:
     first: torch.Tensor | None = None
     # {name: [B, ...]}: the actor's state before step 0 (`asyncrl.agents.acting`; {} for feed-forward actors)
     initial_state: TensorDict = field(default_factory=TensorDict)
+    policy: torch.Tensor | None = None  # [T, B] int8: the policy that acted (--num-policies > 1); None: one policy
 
     def __post_init__(self) -> None:
         if self.first is None:
@@ -49,7 +50,22 @@ class Batch:
         if not isinstance(self.initial_state, TensorDict):
             self.initial_state = TensorDict(self.initial_state)
 
-    def columns(self, cols: slice) -> Batch:
+    def policy_rows(self, policy: int, version: int) -> Batch | None:
+        """The env columns in which `policy` acted, with only its own rows valid and the lag counted from
+        `version` (a batch of several policies is gathered at version 0); None where it did not act."""
+        assert self.policy is not None
+        mine = self.policy == policy
+        cols = torch.nonzero(mine.any(0)).squeeze(1)
+        if not len(cols):
+            return None
+        sub = self.columns(cols)
+        own = mine[:, cols]
+        sub.valid = own if sub.valid is None else sub.valid & own
+        sub.lag = sub.lag + version
+        sub.policy = None
+        return sub
+
+    def columns(self, cols: slice | torch.Tensor) -> Batch:
         def take(f: str, x: torch.Tensor) -> torch.Tensor:
             return x[cols] if f in PER_ENV else x[:, cols]
 
@@ -100,7 +116,10 @@ def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int
         return x.reshape(-1, *x.shape[2:]).to(device)
 
     e = traj["valid"].shape[2]
-    versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
+    if traj["versions"].ndim == 3:  # several policies: each row's own version
+        versions = time_major("versions").cpu()
+    else:
+        versions = torch.from_numpy(traj["versions"][slots]).t().repeat_interleave(e, dim=1)  # [T, k*E]
     return Batch(
         obs=observations("obs", time_major),
         actions=time_major("actions"),
@@ -114,4 +133,5 @@ def gather_batch(traj: Mapping[str, np.ndarray], slots: np.ndarray, version: int
         valid=time_major("valid"),
         first=time_major("first"),
         initial_state=TensorDict({k[len(STATE):]: initial(k) for k in traj if k.startswith(STATE)}),
+        policy=time_major("policy") if "policy" in traj else None,
     )

@@ -38,6 +38,10 @@ def check_algo_env(cfg: Config, spec: EnvSpec) -> None:
         return
     import numpy as np
 
+    if spec.num_agents > 1:
+        raise ConfigError(f"--algo {cfg.algo} trains single-agent envs, but {cfg.env} has {spec.num_agents} agents; "
+                          f"use --algo appo")
+
     from asyncrl.replay.buffer import check_fits, memory_bytes
 
     if spec.is_dict:

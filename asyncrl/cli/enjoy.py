@@ -30,6 +30,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                               "actor) instead of sampling as in training")
     parser.add_argument("--best", action="store_true", help="play checkpoints/best.pt (the best evaluation of a run "
                                                             "trained with --eval-every), not the newest checkpoint")
+    parser.add_argument("--policy", type=int, default=0, help="which policy of a --num-policies run to play "
+                        "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, default=100_000, help="cut an episode after this many agent "
                                                                          "steps (default: %(default)s)")
@@ -134,7 +136,7 @@ def load(args: argparse.Namespace):
     env = make_vec_env(cfg, 1, training=False, render_mode="rgb_array" if args.video else None,
                        env=state.get("env", cfg.env))
     try:
-        run = restore_policy(state, path, env.spec, device)
+        run = restore_policy(state, path, env.spec, device, args.policy)
     except PolicyLoadError as exc:
         env.close()
         raise RunDirError(str(exc)) from None

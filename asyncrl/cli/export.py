@@ -16,6 +16,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--best", action="store_true", help="export checkpoints/best.pt (the best evaluation of a "
                                                             "run trained with --eval-every), not the newest "
                                                             "checkpoint")
+    parser.add_argument("--policy", type=int, default=0, help="which policy of a --num-policies run to export "
+                        "(default: %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        paths = export_policy(args.run_dir, args.format, args.out, args.best)
+        paths = export_policy(args.run_dir, args.format, args.out, args.best, args.policy)
     except ExportError as exc:
         print(f"asyncrl-export: error: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,37 @@ def is_timing(key: str) -> bool:
 RETURN_WINDOW = 100  # episode_return_mean and episode_length_mean: the mean over the last 100 episodes
 
 
+OBJECTIVE = "true_objective"  # an env's own PBT objective (info key, Sample Factory's name), when it reports one
+
+
+@dataclass
+class PolicyTotals:
+    """One policy's share of the run (`--num-policies`): its episodes, its learner reports, its version."""
+
+    episodes: int = 0
+    returns: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
+    lengths: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))
+    objective: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))  # info true_objective, if any
+    learner: list[dict] = field(default_factory=list)  # the interval's updates
+    version: int = 0
+
+    def record(self, prefix: str, names: Iterable[str]) -> dict[str, Any]:
+        """`<prefix>episode_return_mean` and the rest of this policy's interval (its learner stats reset)."""
+        out = {f"{prefix}episode_return_mean": _mean(self.returns), f"{prefix}episode_len_mean": _mean(self.lengths),
+               f"{prefix}episodes": self.episodes, f"{prefix}policy_version": self.version}
+        out.update({f"{prefix}{k}": v for k, v in learner_stats(self.learner, names).items() if k != "policy"})
+        self.learner = []
+        return out
+
+    def score(self) -> float | None:
+        """PBT's objective: the env's true_objective where its episodes report one, else the mean return."""
+        return _mean(self.objective) if self.objective else _mean(self.returns)
+
+
+def _mean(values: deque) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 @dataclass
 class Totals:
     """Counters over the whole run and over the current report interval."""
@@ -58,6 +89,7 @@ class Totals:
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
     stage_window: deque = field(default_factory=deque)  # (time, stage-time tallies) of recent intervals
+    policies: list[PolicyTotals] = field(default_factory=list)  # --num-policies > 1: one entry per policy
 
     def add_rollout(self, payload: Mapping[str, Any]) -> None:
         self.env_steps += int(payload["env_steps"])
@@ -71,6 +103,15 @@ class Totals:
                     self.info[key] = deque(maxlen=RETURN_WINDOW)
                 self.info[key].append(value)
         self.episodes += len(payload["episodes"])
+        for p, episode in zip(payload.get("episode_policies", ()), payload["episodes"]):
+            if 0 <= p < len(self.policies):
+                member = self.policies[p]
+                member.episodes += 1
+                member.returns.append(episode[0])
+                member.lengths.append(episode[1])
+                extra = episode[3] if len(episode) > 3 else {}
+                if OBJECTIVE in extra:
+                    member.objective.append(extra[OBJECTIVE])
         for k in self.rollout_time:
             self.rollout_time[k] += payload.get(k, 0.0)
 
@@ -84,6 +125,12 @@ class Totals:
         self.learner.append(payload)
         self.dropped_stale += payload.get("dropped_stale", 0)
         self.truncations_unbootstrapped += payload.get("truncations_unbootstrapped", 0)
+        if "policy" in payload and payload["policy"] < len(self.policies):  # one policy of several
+            member = self.policies[payload["policy"]]
+            member.learner.append(payload)
+            member.version = payload.get("policy_version", member.version)
+            self.policy_version = max(m.version for m in self.policies)  # the newest policy's version
+            return
         self.policy_version = payload.get("policy_version", self.policy_version)
 
     def expect_learner_stats(self, names: Iterable[str]) -> None:
@@ -130,8 +177,18 @@ class Totals:
         return {f"info_{key}": sum(values) / len(values) for key, values in self.info.items()}
 
     def learner_record(self) -> dict[str, Any]:
-        """The interval's learner stats (the announced ones first, None where no update reported them)."""
-        return learner_stats(self.learner, self.learner_stat_names)
+        """The interval's learner stats (the announced ones first, None where no update reported them); with
+        several policies, over all of their updates (stats per policy are in `policy_records`)."""
+        out = learner_stats(self.learner, self.learner_stat_names)
+        out.pop("policy", None)
+        return out
+
+    def policy_records(self) -> dict[str, Any]:
+        """`policy_<k>/...`: each policy's episode means and interval learner stats ({} with one policy)."""
+        out: dict[str, Any] = {}
+        for p, member in enumerate(self.policies):
+            out.update(member.record(f"policy_{p}/", self.learner_stat_names))
+        return out
 
 
 def _recorded(key: str, value: Any) -> bool:

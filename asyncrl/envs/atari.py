@@ -99,8 +99,8 @@ class AtariVecEnv(VecEnv):
         if cut.any():
             final_obs_out[cut] = info["final_obs"][cut]
         ended = np.flatnonzero(game_over)
-        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i]), bool(truncated[i] and not terminated[i]))
-                 for i in ended]
+        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i]), bool(truncated[i] and not terminated[i]),
+                              env=int(i)) for i in ended]
         self._ret[ended] = 0.0
         self._len[ended] = 0
         return stats

@@ -185,6 +185,7 @@ class EpisodeStats:
     length: int
     truncated: bool = False
     extra: dict[str, float] | None = None  # the env's own episode metrics (see `episode_extras`), if any
+    env: int = -1  # the env column it was played in (which policy played it, with --num-policies); -1: unknown
 
 
 EXTRA_STATS = "episode_extra_stats"  # Sample Factory's info key: a dict of numbers at an episode's end

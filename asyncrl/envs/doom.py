@@ -279,7 +279,7 @@ class DoomVecEnv(VecEnv):
             if terminated or truncated:
                 if truncated:
                     self._read_state(i, final_obs_out, self.final_game_variables)
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated))
+                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated, env=i))
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 self._new_episode(game)

@@ -220,7 +220,7 @@ class GymVecEnv(VecEnv):
             truncated_out[i] = cut
             if terminated or truncated:
                 stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut,
-                                          episode_extras(info, self.info_keys)))
+                                          episode_extras(info, self.info_keys), env=i))
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 if cut:

@@ -174,7 +174,7 @@ class MultiAgentVecEnv(VecEnv):
         terminated_out[c], truncated_out[c] = term, cut
         if term or trunc:
             stats.append(EpisodeStats(float(self._ret[c]), int(self._len[c]), cut,
-                                      episode_extras(info, self.info_keys)))
+                                      episode_extras(info, self.info_keys), env=c))
             self._ret[c], self._len[c] = 0.0, 0
             self._done[c] = True
             if cut:

@@ -117,8 +117,8 @@ class VectorVecEnv(VecEnv):
                 rows = np.flatnonzero(ended)
                 self._write_rows(obs_out, rows, fresh, "the reset observation")
         rows = np.flatnonzero(ended)
-        stats = [EpisodeStats(*episode) for episode in zip(self._ret[rows].tolist(), self._len[rows].tolist(),
-                                                            truncated_out[rows].tolist())]
+        stats = [EpisodeStats(ret, length, cut, env=i) for ret, length, cut, i in
+                 zip(self._ret[rows].tolist(), self._len[rows].tolist(), truncated_out[rows].tolist(), rows.tolist())]
         if info:
             for i, episode in zip(rows.tolist(), stats):
                 episode.extra = episode_extras(_env_info(info, i), self.info_keys)

@@ -30,6 +30,12 @@ from asyncrl.models.obs import map_obs
 from asyncrl.models.precision import resolve_precision
 
 
+def hyperparams(cfg: Config) -> APPOHyperparams:
+    return APPOHyperparams(gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
+                           entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,
+                           normalize_advantages=cfg.normalize_advantages)
+
+
 class APPOLearner:
     """APPO: actor-critic, Adam and one update per batch (`epochs` x `minibatches` steps); no processes here.
 
@@ -46,11 +52,7 @@ class APPOLearner:
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
-        self.hp = APPOHyperparams(
-            gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
-            entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,
-            normalize_advantages=cfg.normalize_advantages,
-        )
+        self.hp = hyperparams(cfg)
         self.value_transform = ValueTransform(cfg.value_transform)  # --value-transform symlog: head predicts symlog(V)
         # --normalize-returns: rewards divided by a running RMS of the V-trace targets (pooled across ranks by
         # asyncrl.runtime.distributed.group).
@@ -103,7 +105,8 @@ class APPOLearner:
         mask = batch.trainable(cfg.max_policy_lag)
         fresh = int((batch.lag <= cfg.max_policy_lag).sum().item())
         n_cols = batch.rewards.shape[1]
-        per_mb = n_cols // cfg.minibatches
+        minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
+        bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
         sums: dict[str, float] = {}
         steps = 0
         normalizer = self.return_normalizer
@@ -111,8 +114,8 @@ class APPOLearner:
         for epoch in range(cfg.epochs):
             # The targets of the first epoch (one pass over the batch) feed the running return scale.
             on_targets = normalizer.observer(scale) if normalizer is not None and epoch == 0 else None
-            for cols in np.random.permutation(cfg.minibatches):
-                mb = batch.columns(slice(cols * per_mb, (cols + 1) * per_mb))
+            for cols in np.random.permutation(minibatches):
+                mb = batch.columns(slice(int(bounds[cols]), int(bounds[cols + 1])))
                 mb_mask = mb.trainable(cfg.max_policy_lag)
                 stats = self._step(mb, mb_mask, scale, on_targets)
                 for k, v in stats.items():
@@ -227,6 +230,21 @@ class APPOLearner:
                 _, v, _ = self.model.step(map_obs(mb.final_obs, lambda x: x[envs]), state, None)
             out[steps, envs] = v.reshape(-1).to(out.dtype)
         return out
+
+    def retune(self, cfg: Config) -> None:
+        """Train on with `cfg`'s settings from now on (population-based training's explore step)."""
+        self.cfg = cfg
+        self.hp = hyperparams(cfg)
+        self.lr = cfg.lr
+
+    def adopt(self, other: APPOLearner) -> None:
+        """Take `other`'s weights, optimizer state and normalisers (PBT's exploit step); this learner's version
+        moves past both, so every reader picks the new weights up, and its own sample count stays."""
+        self.model.load_state_dict(other.model.state_dict())
+        self.optimizer.load_state_dict(other.optimizer.state_dict())
+        if self.return_normalizer is not None and other.return_normalizer is not None:
+            self.return_normalizer.load_state_dict(other.return_normalizer.state_dict())
+        self.version = max(self.version, other.version) + 1
 
     def state_dict(self) -> dict:
         return {

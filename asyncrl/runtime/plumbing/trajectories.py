@@ -8,6 +8,9 @@ actions, log-probs and the policy version that acted. Queues only ever carry slo
 A Dict observation gets one array per key for `obs` and `final_obs` (`obs/<key>`, `final_obs/<key>`);
 `obs_arrays(traj, "obs")` gives them back as one `ArrayDict` (a Box observation's plain array otherwise).
 
+With several policies (`--num-policies`), `policy` says which one acts for each env at each step (written by
+the rollout worker before it asks for actions) and `versions` holds each row's own policy version.
+
 For recurrent actors (`asyncrl.agents.acting`) the rollout workers write `first` (the env's episode starts at
 this step) and the policy workers carry the actor's state in one `state/<name>` array per entry of its
 `state_layout`, the state each env acts from at each step. Row T of both, like the bootstrap observation, is
@@ -71,6 +74,10 @@ def trajectory_layout(cfg: Config, spec: EnvSpec, state: Layout | None = None) -
         "final_step": ((s, e), np.dtype(np.int64)),
         "versions": ((s, t), np.dtype(np.int64)),  # policy version that chose each step's actions
         "valid": ((s, t, e), np.dtype(np.bool_)),  # False: the env raised in this step (left out of training)
+        # --num-policies N > 1: which policy acts for each env at each step (the rollout worker writes it), and
+        # each row's own policy version (it replaces the per-step one)
+        **({"policy": ((s, t, e), np.dtype(np.int8)), "versions": ((s, t, e), np.dtype(np.int64))}
+           if cfg.num_policies > 1 else {}),
     }
 
 

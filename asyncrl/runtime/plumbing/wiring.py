@@ -31,13 +31,14 @@ class ProcessSpec:
 @dataclass
 class RunWiring:
     traj: SharedArrays  # the trajectory slots
-    weights: SharedWeights  # the published policy
+    weights: list[SharedWeights]  # the published policies, one per --num-policies
     channels: Channels
     processes: list[ProcessSpec]  # in start order: the learner first
 
     def close(self) -> None:
-        """Drop this process's handle on the weights buffer (the children's copies go with them)."""
-        os.close(self.weights.fd)
+        """Drop this process's handles on the weights buffers (the children's copies go with them)."""
+        for weights in self.weights:
+            os.close(weights.fd)
 
 
 def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) -> RunWiring:
@@ -47,7 +48,7 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
     ConfigError (one line) if memory or /dev/shm runs out."""
     try:
         traj = allocate_trajectories(cfg, spec, state_layout(cfg))  # the model's per-env state columns (--rnn)
-        weights = SharedWeights()
+        weights = [SharedWeights() for _ in range(cfg.num_policies)]
         channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
     except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
         raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "

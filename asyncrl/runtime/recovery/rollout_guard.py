@@ -72,6 +72,9 @@ class RolloutGuard:
         """The original seeds on a first start; different ones after restarts and env errors."""
         return split_seed(self.cfg, self.worker * self.cfg.worker_splits + split, self.generation, self.errors)
 
+    def before_request(self, split: int, slot: int, t: int) -> None:  # noqa: B027 - the worker sets its own
+        """What the worker writes into step t's row before asking for its actions (which policy acts where)."""
+
     def begin(self, split: int, slot: int) -> None:
         """Hold `slot` for `split`, reset the split's envs into its first step and ask for actions."""
         self.owner[slot] = self.worker
@@ -86,6 +89,7 @@ class RolloutGuard:
         self.replaced(split, slot, None)
         self.acted[slot] = NO_OWNER
         self.want[slot] = 0
+        self.before_request(split, slot, 0)
         self.channels.requests.put((self.worker, split, slot, 0))
 
     def env_error(self, exc: Exception, where: str) -> None:

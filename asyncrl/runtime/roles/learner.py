@@ -17,7 +17,7 @@ import torch
 from asyncrl.agents.base import Learner
 from asyncrl.agents.batch import Batch, gather_batch
 from asyncrl.agents.registry import make_learner
-from asyncrl.config import Config
+from asyncrl.config import Config, member_config, member_settings, policy_settings
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import flat_state
 from asyncrl.models.obs import obs_tensors
@@ -72,27 +72,32 @@ def read_resume_state(run_dir: str, warn) -> tuple[str, dict]:
     return load_latest_checkpoint(run_dir, map_location="cpu", set_aside=True, warn=warn)
 
 
-def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights, channels: Channels,
-                ranks: DataParallel | None = None) -> None:
-    """The learner process: build the learner (resumed, and under torchrun joined to the other ranks' learners),
-    publish its first weights, then train on every batch until the runner's stop command."""
+def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[SharedWeights] | SharedWeights,
+                channels: Channels, ranks: DataParallel | None = None) -> None:
+    """The learner process: build the learner (one per policy with --num-policies; resumed, and under torchrun
+    joined to the other ranks' learners), publish its first weights, then train on every batch until the
+    runner's stop command."""
+    weights = weights if isinstance(weights, list) else [weights]
     init_child("asyncrl-learner")
     device = set_up_torch(cfg)
-    learner = make_learner(cfg, spec, device)
-    start = _resume(cfg, learner, channels)
+    learners = [make_learner(member_config(cfg, s), spec, device) for s in policy_settings(cfg)]
+    learner = learners[0]
+    start = _resume(cfg, learners, channels)
     if start is None:
         return  # reported as fatal; the runner has stopped the run
     env_steps, run_state = start
     group = _join(ranks, learner, channels)
-    publisher = _publish_first(cfg, learner, weights)
+    publishers = [_publish_first(cfg, m, w, checksum=p == 0) for p, (m, w) in enumerate(zip(learners, weights))]
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
-                                  "stats": list(learner.stat_names)})
+                                  "stats": list(learner.stat_names),
+                                  "policies": [member_settings(m.cfg) for m in learners]})
     beat = channels.live["beat_learner"]
-    learner.heartbeat = lambda: beat.__setitem__(0, time.monotonic())  # long train() calls show progress inside
-    save = _checkpointer(cfg, learner, publisher, channels)
+    for member in learners:  # long train() calls show progress inside
+        member.heartbeat = lambda: beat.__setitem__(0, time.monotonic())
+    save = _checkpointer(cfg, learners, publishers, channels)
     if group is not None:
         save = group.wrap_save(save)  # only rank 0 saves, with the group's totals
-    LearnerLoop(cfg, spec, traj, device, learner, publisher, channels, group, save, env_steps).run()
+    LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps).run()
 
 
 def set_up_torch(cfg: Config) -> torch.device:
@@ -111,15 +116,25 @@ class ResumeError(RuntimeError):
     """--resume found no checkpoint that loads into this learner (one line for the user)."""
 
 
-def load_resume_state(cfg: Config, learner: Learner, warn: Callable[[str], None]) -> tuple[str, int, dict]:
-    """Load the run's newest good checkpoint into `learner`: (its path, the env steps and the runner's counters it
-    kept). ResumeError when there is none or it does not fit the model; `warn` hears of corrupt ones skipped."""
+def load_resume_state(cfg: Config, learner: Learner | list[Learner],
+                      warn: Callable[[str], None]) -> tuple[str, int, dict]:
+    """Load the run's newest good checkpoint into `learner` (or each policy's learner, in order): (its path, the
+    env steps and the runner's counters it kept). ResumeError when there is none or it does not fit the model;
+    `warn` hears of corrupt ones skipped."""
+    learners = learner if isinstance(learner, list) else [learner]
     try:
         path, state = read_resume_state(cfg.run_dir, warn)
     except CheckpointError as exc:
         raise ResumeError(str(exc)) from None
+    saved = [state["learner"], *state.get("policies", [])]
+    if len(saved) != len(learners):
+        raise ResumeError(f"checkpoint {path} holds {len(saved)} policies and this run has {len(learners)}; resume "
+                          f"with --num-policies {len(saved)} or start a new --experiment")
     try:
-        learner.load_state_dict(state["learner"])
+        for member, member_state in zip(learners, saved):
+            member.load_state_dict(member_state)
+        for member, settings in zip(learners, state.get("policy_settings", [])):
+            member.retune(member_config(member.cfg, settings))  # where PBT had taken each policy
     except (KeyError, RuntimeError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ResumeError(f"checkpoint {path} does not fit this model ({reason}); resume with the settings it was "
@@ -127,7 +142,7 @@ def load_resume_state(cfg: Config, learner: Learner, warn: Callable[[str], None]
     return path, int(state["env_steps"]), dict(state.get("run", {}))
 
 
-def _resume(cfg: Config, learner: Learner, channels: Channels) -> tuple[int, dict] | None:
+def _resume(cfg: Config, learner: list[Learner], channels: Channels) -> tuple[int, dict] | None:
     """With --resume, load the newest good checkpoint into `learner`. The env steps and the runner's counters
     (elapsed time, episodes, restarts) it kept, or (0, {}) for a fresh start; None after a fatal report."""
     if not cfg.resume:
@@ -152,12 +167,12 @@ def _join(ranks: DataParallel | None, learner: Learner, channels: Channels) -> G
     return group
 
 
-def _publish_first(cfg: Config, learner: Learner, weights: SharedWeights) -> WeightsPublisher:
+def _publish_first(cfg: Config, learner: Learner, weights: SharedWeights, checksum: bool = True) -> WeightsPublisher:
     """Publish the starting weights as version 1 or later (and record their checksum on a fresh start)."""
     publisher = WeightsPublisher(learner.policy_module(), weights)
     learner.version = max(learner.version, 1)
     publisher.publish(learner.version)
-    if not cfg.resume:
+    if checksum and not cfg.resume:
         try:
             write_initial_weights_checksum(cfg.run_dir, publisher.staging.numpy())
         except OSError:
@@ -165,14 +180,15 @@ def _publish_first(cfg: Config, learner: Learner, weights: SharedWeights) -> Wei
     return publisher
 
 
-def _checkpointer(cfg: Config, learner: Learner, publisher: WeightsPublisher,
+def _checkpointer(cfg: Config, learners: list[Learner], publishers: list[WeightsPublisher],
                   channels: Channels) -> Callable[[int, dict], None]:
-    """`save(env_steps, run_state)`: a checkpoint of the learner, unless its weights are not finite; a failed
-    write is reported and training goes on."""
+    """`save(env_steps, run_state)`: a checkpoint of the learner (every policy's), unless its weights are not
+    finite; a failed write is reported and training goes on."""
+    learner = learners[0]
 
     def save(steps: int, run: dict) -> None:
         try:
-            path = save_learner(cfg, learner, publisher.tensors, steps, run)
+            path = save_learner(cfg, learners, [t for p in publishers for t in p.tensors], steps, run)
         except OSError as exc:  # full disk, unwritable dir: training goes on, the older checkpoints stay
             report(channels, "save_failed", 0, {"message": save_failed_message(cfg, exc)})
             return
@@ -187,14 +203,20 @@ def _checkpointer(cfg: Config, learner: Learner, publisher: WeightsPublisher,
 NOT_FINITE_SAVE = "not saving a checkpoint: the weights are not finite"
 
 
-def save_learner(cfg: Config, learner: Learner, tensors: list[torch.Tensor], steps: int, run: dict) -> str | None:
-    """Checkpoint `learner` at `steps` env steps with the runner's counters `run`: the path, or None (nothing
-    written) when the published `tensors` are not finite. OSError when the write fails."""
+def save_learner(cfg: Config, learner: Learner | list[Learner], tensors: list[torch.Tensor], steps: int,
+                 run: dict) -> str | None:
+    """Checkpoint `learner` (or each policy's, in order) at `steps` env steps with the runner's counters `run`:
+    the path, or None (nothing written) when the published `tensors` are not finite. OSError when the write
+    fails. Policy 0 is `learner`, the others `policies`, their current settings `policy_settings`."""
+    learners = learner if isinstance(learner, list) else [learner]
     if not all(torch.isfinite(t).all() for t in tensors):
         return None
-    return save_checkpoint(cfg.run_dir, learner.version, {
-        "learner": learner.state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
-        "run": run}, cfg.keep_checkpoints)
+    population = {} if len(learners) == 1 else {
+        "policies": [m.state_dict() for m in learners[1:]],
+        "policy_settings": [member_settings(m.cfg) for m in learners]}
+    return save_checkpoint(cfg.run_dir, learners[0].version, {
+        "learner": learners[0].state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
+        "run": run, **population}, cfg.keep_checkpoints)
 
 
 def save_failed_message(cfg: Config, exc: OSError) -> str:
@@ -203,13 +225,20 @@ def save_failed_message(cfg: Config, exc: OSError) -> str:
 
 class LearnerLoop:
     """The learner's main loop: serve the runner's commands, gather `trajectories_per_batch` full slots, train on
-    them and publish, until the stop command (or the stop on non-finite updates)."""
+    them and publish, until the stop command (or the stop on non-finite updates).
 
-    def __init__(self, cfg: Config, spec: EnvSpec, traj: SharedArrays, device: torch.device, learner: Learner,
-                 publisher: WeightsPublisher, channels: Channels, group: Group | None,
-                 save: Callable[[int, dict], None], env_steps: int):
-        self.cfg, self.spec, self.traj, self.device, self.learner = cfg, spec, traj, device, learner
-        self.publisher, self.channels, self.group, self.save = publisher, channels, group, save
+    With several policies (`--num-policies`) each trains in turn on its own rows of the batch (the env columns
+    it acted in), publishes its own weights and reports its own stats; PBT's exploit commands copy one policy
+    into another between batches."""
+
+    def __init__(self, cfg: Config, spec: EnvSpec, traj: SharedArrays, device: torch.device,
+                 learners: Learner | list[Learner], publishers: WeightsPublisher | list[WeightsPublisher],
+                 channels: Channels, group: Group | None, save: Callable[[int, dict], None], env_steps: int):
+        self.learners = learners if isinstance(learners, list) else [learners]
+        self.publishers = publishers if isinstance(publishers, list) else [publishers]
+        self.learner, self.publisher = self.learners[0], self.publishers[0]
+        self.cfg, self.spec, self.traj, self.device = cfg, spec, traj, device
+        self.channels, self.group, self.save = channels, group, save
         self.beat = channels.live["beat_learner"]
         self.env_steps = env_steps  # the runner's count, from its commands
         self.collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
@@ -229,14 +258,21 @@ class LearnerLoop:
                 self._recycle_untrained()
                 continue
             batch = self._update()
-            if self.learner.nonfinite_streak >= NONFINITE_LIMIT:
-                _stop_nonfinite(self.channels, self.learner, batch)
+            diverged = next((m for m in self.learners if m.nonfinite_streak >= NONFINITE_LIMIT), None)
+            if diverged is not None:
+                _stop_nonfinite(self.channels, diverged, batch)
                 return _final_save(self.channels, self.save)
 
     def _serve_command(self) -> bool:
         """A save or stop command from the runner (both checkpoint); True for stop."""
         command = _next_command(self.channels)
         if command is None:
+            return False
+        if command[0] == "pbt":  # ("pbt", into, source, settings): exploit and explore
+            _, into, source, settings = command
+            self.learners[into].adopt(self.learners[source])
+            self.learners[into].retune(member_config(self.cfg, settings))
+            self.publishers[into].publish(self.learners[into].version)
             return False
         name, steps, *extra = command
         self.env_steps = max(self.env_steps, steps)
@@ -269,21 +305,27 @@ class LearnerLoop:
         cfg, learner, channels = self.cfg, self.learner, self.channels
         t1 = time.monotonic()
         slots = np.asarray(self.pending, dtype=np.int64)
-        batch = gather_batch(self.traj, slots, learner.version, self.device)
+        population = len(self.learners) > 1  # gathered at version 0: each policy counts the lag from its own
+        batch = gather_batch(self.traj, slots, 0 if population else learner.version, self.device)
         if not cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
             channels.free.put_many(self.pending)
         t2 = time.monotonic()
-        frames = learner.samples_trained * self.spec.frameskip
-        stats = learner.train(batch, frames)
-        if self.group is not None:
-            self.group.agree(learner, stats, channels)  # torchrun: counters and stopping, before publishing
-        self.publisher.publish(learner.version)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        t3 = time.monotonic()
-        stats.update(t_wait=self.t_wait, t_copy=t2 - t1, t_train=t3 - t2)
+        timing = {"t_wait": self.t_wait, "t_copy": t2 - t1}
+        for p, (member, publisher) in enumerate(zip(self.learners, self.publishers)):
+            rows = batch.policy_rows(p, member.version) if population else batch
+            if rows is None:  # this policy did not act in the batch
+                continue
+            t_start = time.monotonic()
+            stats = member.train(rows, member.samples_trained * self.spec.frameskip)
+            if self.group is not None:
+                self.group.agree(member, stats, channels)  # torchrun: counters and stopping, before publishing
+            publisher.publish(member.version)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            stats.update(timing, t_train=time.monotonic() - t_start, **({"policy": p} if population else {}))
+            timing = {"t_wait": 0.0, "t_copy": 0.0}  # counted once per batch
+            report(channels, "learner", p, stats)
         self.t_wait = 0.0
-        report(channels, "learner", 0, stats)
         # Agent steps, as the runner counts them: a NEXT_STEP env's reset rows are not (invalid, like failed steps)
         self.collected += batch.rewards.numel() if batch.valid is None else int(batch.valid.sum())
         self._release_lockstep()

@@ -15,10 +15,11 @@ import time
 import numpy as np
 import torch
 
-from asyncrl.agents.acting import published_actor
+from asyncrl.agents.acting import Actor, State, published_actor
 from asyncrl.agents.registry import learner_class
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
+from asyncrl.models.obs import Obs, map_obs
 from asyncrl.runtime.host.devices import resolve_device
 from asyncrl.runtime.host.seeding import make_deterministic
 from asyncrl.runtime.plumbing.channels import Channels, Empty
@@ -29,20 +30,24 @@ from asyncrl.runtime.roles.process import init_child
 from asyncrl.shm import SharedArrays, SharedWeights
 
 
-def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: SharedWeights,
-                      channels: Channels) -> None:
+def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays,
+                      weights: list[SharedWeights] | SharedWeights, channels: Channels) -> None:
+    weights = weights if isinstance(weights, list) else [weights]
     init_child(f"asyncrl-policy-{index}", cfg.policy_nice)
     torch.set_num_threads(1)
     if cfg.deterministic:
         make_deterministic()
     device = resolve_device(cfg.device)
-    model = learner_class(cfg.algo).build_policy(spec, cfg, device).eval()  # what the learner publishes
-    actor = published_actor(model)
-    reader = WeightsReader(model, weights)
-    while reader.version == 0 and not channels.stopping:  # wait for the learner's first weights
-        reader.refresh() or time.sleep(0.01)
+    # One model per policy (--num-policies), each kept in sync with its own published weights.
+    models = [learner_class(cfg.algo).build_policy(spec, cfg, device).eval() for _ in weights]
+    actors = [published_actor(m) for m in models]
+    readers = [WeightsReader(m, w) for m, w in zip(models, weights)]
+    actor, reader = actors[0], readers[0]
+    while any(r.version == 0 for r in readers) and not channels.stopping:  # wait for the learner's first weights
+        sum(r.refresh() for r in readers) or time.sleep(0.01)
     # Distinct sampling noise per worker, per restart and per resumed run (forked workers share torch's default).
     torch.manual_seed(hash((cfg.seed, index, int(channels.live["policy_epoch"][0]), reader.version)) % 2**63)
+    policy_of = traj["policy"] if len(actors) > 1 else None
 
     obs, actions, logp, versions = obs_arrays(traj, "obs"), traj["actions"], traj["logp"], traj["versions"]
     first, state = traj["first"], state_arrays(traj)
@@ -69,7 +74,8 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         if not serving:
             stats.restart()
             t0, serving = t1, True
-        reader.refresh()
+        for r in readers:
+            r.refresh()
         req = np.asarray(requests, dtype=np.int64)
         current = want[req[:, 2]] == req[:, 3]
         if not current.all():  # stale (from a dead rollout worker) or repeated (re-sent) requests
@@ -85,18 +91,22 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
             batch = torch.from_numpy(obs[slots, steps])  # [n, envs_per_split, ...] gathered copy
             flat = batch.reshape(-1, *spec.obs_shape).to(device, non_blocking=True)
             n_samples = flat.shape[0]
+        starts, before = None, {}
         if state:  # a recurrent actor: each env's state and episode start at this step, its state after it
             starts = torch.from_numpy(first[slots, steps]).flatten().to(device, non_blocking=True)
             before = {k: torch.from_numpy(a[slots, steps]).flatten(0, 1).to(device, non_blocking=True)
                       for k, a in state.items()}
+        if policy_of is None:
             acts, lps, after = actor.act(flat, before, starts)
-            for k, a in state.items():
-                a[slots, steps + 1] = after[k].cpu().numpy().reshape(len(requests), cfg.envs_per_split, *a.shape[3:])
+            versions[slots, steps] = reader.version
         else:
-            acts, lps, _ = actor.act(flat, {}, None)
+            rows = policy_of[slots, steps].reshape(-1)
+            acts, lps, after = act_by_policy(actors, rows, flat, before, starts)
+            versions[slots, steps] = np.array([r.version for r in readers])[rows].reshape(len(requests), -1)
+        for k, a in state.items():
+            a[slots, steps + 1] = after[k].cpu().numpy().reshape(len(requests), cfg.envs_per_split, *a.shape[3:])
         actions[slots, steps] = acts.cpu().numpy().reshape(len(requests), cfg.envs_per_split, *spec.action_shape)
         logp[slots, steps] = lps.cpu().numpy().reshape(len(requests), cfg.envs_per_split)
-        versions[slots, steps] = reader.version
         acted[slots] = steps
         for w, s in zip(workers.tolist(), splits.tolist()):
             channels.actions_ready[w].put(s)
@@ -105,3 +115,26 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
         stats.add("batches", 1)
         stats.add("samples", n_samples)
         stats.maybe_report(version=reader.version)
+
+
+def act_by_policy(actors: list[Actor], rows: np.ndarray, obs: Obs, state: State, first: torch.Tensor | None,
+                  ) -> tuple[torch.Tensor, torch.Tensor, State]:
+    """Each row acted on by the policy `rows` names (one forward pass per policy present), in the rows' order."""
+    out_actions: torch.Tensor | None = None
+    out_logp: torch.Tensor | None = None
+    out_state: State = {}
+    for p in np.unique(rows).tolist():
+        idx = torch.from_numpy(np.flatnonzero(rows == p))
+        acts, lps, after = actors[p].act(map_obs(obs, lambda x, idx=idx: x[idx.to(x.device)]),
+                                         {k: v[idx.to(v.device)] for k, v in state.items()},
+                                         None if first is None else first[idx.to(first.device)])
+        if out_actions is None:
+            out_actions = acts.new_empty((len(rows), *acts.shape[1:]))
+            out_logp = lps.new_empty(len(rows))
+            out_state = {k: v.new_empty((len(rows), *v.shape[1:])) for k, v in after.items()}
+        out_actions[idx.to(acts.device)] = acts
+        out_logp[idx.to(lps.device)] = lps
+        for k, v in after.items():
+            out_state[k][idx.to(v.device)] = v
+    assert out_actions is not None and out_logp is not None
+    return out_actions, out_logp, out_state

@@ -24,6 +24,7 @@ from asyncrl.envs.dict_obs import zeros_like
 from asyncrl.runtime.plumbing.channels import Channels, Empty, get_or_stop
 from asyncrl.runtime.plumbing.interval_stats import IntervalStats
 from asyncrl.runtime.plumbing.liveness import NO_OWNER, NO_TRANSIT, TAKING, read_training_info
+from asyncrl.runtime.plumbing.policy_map import PolicyMap
 from asyncrl.runtime.plumbing.trajectories import NO_FINAL, obs_arrays, state_arrays
 from asyncrl.runtime.recovery.rollout_guard import RolloutGuard
 from asyncrl.runtime.roles.process import init_child
@@ -49,6 +50,14 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     owner, want, acted = guard.owner, guard.want, guard.acted
     envs = guard.make_envs()
     faults = guard.faults()  # per split: env instances its backend replaced during the last step
+    policies = PolicyMap(cfg, worker) if cfg.num_policies > 1 else None
+    if policies is not None:
+        policy = traj["policy"]
+
+        def before_request(split: int, slot: int, t: int) -> None:
+            policies.write(split, policy[slot, t], first[slot, t])
+
+        guard.before_request = before_request
 
     transit = channels.live["transit"]
     for split in range(cfg.worker_splits):
@@ -105,6 +114,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             _keep_final_obs(slot, t, truncated, final_scratch[split], final_obs, final_step)
             stats.extend("episodes", [(e.ret, e.length, e.truncated) if e.extra is None else
                                       (e.ret, e.length, e.truncated, e.extra) for e in finished])
+            if policies is not None:  # who played each: the map before this step's episode starts redraw it
+                stats.extend("episode_policies", [policies.of(split, e.env) for e in finished])
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
         stats.add("env_steps", agent_steps)
@@ -134,6 +145,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             guard.check_policy_restarts(skip=split)
         slots[split], steps[split] = slot, t
         want[slot] = t
+        guard.before_request(split, slot, t)
         channels.requests.put((worker, split, slot, t))
         stats.maybe_report()
         if curricula:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from asyncrl.agents.registry import check_algo_env
 from asyncrl.config import Config, ConfigError
-from asyncrl.diagnostics.aggregate import Totals
+from asyncrl.diagnostics.aggregate import PolicyTotals, Totals
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
@@ -29,6 +29,7 @@ from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.registry import state_layout
+from asyncrl.population.pbt import PopulationTrainer
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
 from asyncrl.runtime.plumbing.channels import Empty
@@ -131,6 +132,7 @@ def interval_record(totals: Totals, spec: EnvSpec, elapsed: float, dt: float, st
         "learner_updates": len(t.learner),
     }
     record.update(t.learner_record())
+    record.update(t.policy_records())
     record.update(t.info_record())
     record.update(t.stage_fractions())
     return record
@@ -181,6 +183,8 @@ class Runner:
         self.monitor = RunMonitor(cfg, self.spec, out)
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
         self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
+        self.pbt: PopulationTrainer | None = None  # --pbt: the population's exploit/explore schedule
+        self.policy_settings: list[dict[str, float]] = []  # --num-policies > 1: each policy's current settings
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -283,7 +287,7 @@ class Runner:
             self._spawn(proc.name, proc.module, proc.function, *proc.args)
         if self.evaluation.enabled:  # its request block belongs to the runner's evaluation schedule
             self._spawn("eval-0", "asyncrl.runtime.roles.evaluator", "run_evaluator",
-                        self.cfg, self.spec, self.weights, self.channels, self.evaluation.request)
+                        self.cfg, self.spec, self.weights[0], self.channels, self.evaluation.request)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
@@ -298,10 +302,22 @@ class Runner:
                 self.totals.policy_version = payload["version"]
                 self.totals.expect_learner_stats(payload.get("stats", ()))
                 self._restore(payload.get("run") or {})
+                self._start_population(payload.get("policies") or [])
                 return
             self._handle(kind, payload)
         if self.stop_reason is None:
             raise RunError("the learner did not start within 300 s")
+
+    def _start_population(self, settings: list[dict[str, float]]) -> None:
+        """--num-policies > 1: per-policy totals, and with --pbt the exploit/explore schedule."""
+        self.policy_settings = settings
+        if len(settings) < 2:
+            return
+        self.totals.policies = [PolicyTotals() for _ in settings]
+        if self.cfg.pbt:
+            self.pbt = PopulationTrainer(self.cfg, settings, self.totals.env_steps * self.spec.frameskip,
+                                         self.channels.learner_cmds.put)
+            self.policy_settings = self.pbt.settings  # what each policy trains with now, in every record
 
     def _loop(self) -> None:
         cfg = self.cfg
@@ -325,6 +341,8 @@ class Runner:
                 last_ckpt = now
             frames = self.totals.env_steps * self.spec.frameskip
             self.evaluation.tick(frames)
+            if self.pbt is not None:
+                self.pbt.tick(frames, self.totals.policies)
             if self._frames_done() and not cfg.deterministic:  # in lockstep, checked after each update
                 self.stop_reason = "frames"
             elif cfg.seconds and now - self.t_loop >= cfg.seconds:
@@ -458,6 +476,9 @@ class Runner:
     def _report(self, dt: float, steps: int) -> None:
         t = self.totals
         record = interval_record(t, self.spec, time.time() - self.t_start, dt, steps)
+        if len(self.policy_settings) > 1:
+            for p, settings in enumerate(self.policy_settings):
+                record.update({f"policy_{p}/{k}": v for k, v in settings.items()})
         record.update(self.supervisor.counters())
         record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
         write_training_info(self.channels.live, record["frames"], t.env_steps, t.policy_version,

@@ -1,0 +1,1 @@
+"""Populations of policies trained together (`--num-policies`): population-based training (`pbt.py`)."""

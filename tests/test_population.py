@@ -1,0 +1,128 @@
+"""Several policies at once (--num-policies) and population-based training (--pbt), through asyncrl-train.
+
+The cue task of `tests.multi_agent_envs` (`team: false`: each agent is paid for its own answer) shows which
+policy learned what: each agent column is a fixed policy, so a policy that is not allowed to learn (lr 0) stays
+at random play (1 of 8) while the others reach 8, unless PBT gives it another's weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import asyncrl
+from asyncrl.config import Config, ConfigError
+from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.policy import PolicyLoadError
+from asyncrl.population.pbt import perturbed, read_events
+from asyncrl.resolve import config_from_flags
+from asyncrl.runtime.plumbing.policy_map import PolicyMap
+from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
+from tests.conftest import run_cli
+
+MATCH = ["--env", "tests.multi_agent_envs:match", "--env-kwargs", '{"team": false}', "--workers", "1",
+         "--envs-per-worker", "12", "--rollout", "8", "--batch-size", "192", "--minibatches", "2", "--epochs", "2",
+         "--lr", "0.01",
+         "--report-interval", "1"]
+
+
+def last(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return values[-1] if values else None
+
+
+def test_each_policy_has_its_own_weights_and_learns_alone(tmp_path: Path) -> None:
+    """Three policies, agent k -> policy k; policy 2 trains at lr 0 and must stay at chance."""
+    proc = run_cli([*MATCH, "--num-policies", "3", "--policy-settings", '[{}, {}, {"lr": 0}]', "--frames", "12000",
+                    "--experiment", "three"], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = read_metrics(tmp_path / "three")
+    learned = [last(records, f"policy_{p}/episode_return_mean") for p in range(3)]
+    assert learned[0] >= 6.0 and learned[1] >= 6.0, learned
+    assert learned[2] <= 2.5, f"policy 2 never trains (lr 0), its agent plays at chance: {learned}"
+    assert last(records, "policy_2/lr") == 0.0 and last(records, "policy_0/lr") == 0.01
+    assert all(last(records, f"policy_{p}/policy_version") > 3 for p in range(3))
+    _, state = load_latest_checkpoint(str(tmp_path / "three"))
+    assert len(state["policies"]) == 2 and state["policy_settings"][2]["lr"] == 0.0
+    # Each policy loads on its own: the learned ones answer the cue, policy 2 does not.
+    cues = np.eye(8, dtype=np.float32)
+    for p, solved in ((0, True), (1, True), (2, False)):
+        policy = asyncrl.load_policy(str(tmp_path / "three"), policy=p)
+        hits = int((policy(cues) == np.arange(8)).sum())
+        assert (hits >= 7) == solved, (p, hits)
+    with pytest.raises(PolicyLoadError, match="holds 3 policies"):
+        asyncrl.load_policy(str(tmp_path / "three"), policy=3)
+    # The population resumes: every policy's version goes on from where it stopped.
+    versions = [last(records, f"policy_{p}/policy_version") for p in range(3)]
+    proc = run_cli([*MATCH, "--num-policies", "3", "--policy-settings", '[{}, {}, {"lr": 0}]', "--frames", "15000",
+                    "--experiment", "three", "--resume"], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = read_metrics(tmp_path / "three")[len(records):]
+    assert all(last(resumed, f"policy_{p}/policy_version") > versions[p] for p in range(3)), versions
+
+
+def test_pbt_replaces_a_policy_that_cannot_learn(tmp_path: Path) -> None:
+    """Two policies, policy 1 at lr 0: PBT copies policy 0 into it and it plays well from then on."""
+    proc = run_cli([*MATCH, "--num-policies", "2", "--policy-settings",
+                    '[{}, {"lr": 0}]', "--pbt", "--pbt-period", "4000", "--pbt-fraction", "0.5", "--frames", "16000",
+                    "--experiment", "pbt"], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = read_events(str(tmp_path / "pbt"))
+    assert [e for e in events if e["event"] == "round"], events
+    exploits = [e for e in events if e["event"] == "exploit"]
+    assert exploits and exploits[0]["policy"] == 1 and exploits[0]["from"] == 0, events
+    assert exploits[0]["settings_before"]["lr"] == 0.0 and exploits[0]["settings"]["lr"] > 0
+    records = read_metrics(tmp_path / "pbt")
+    assert last(records, "policy_1/episode_return_mean") >= 6.0, "the copied policy plays as well as its source"
+    into_1 = [e for e in exploits if e["policy"] == 1]
+    assert last(records, "policy_1/lr") == pytest.approx(into_1[-1]["settings"]["lr"])
+
+
+def test_fixed_and_random_policy_maps() -> None:
+    cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=6, worker_splits=2, num_policies=2)
+    fixed = PolicyMap(cfg, worker=1)  # global columns 6..11
+    row = np.zeros(3, np.int8)
+    fixed.write(1, row, np.ones(3, bool))
+    assert row.tolist() == [1, 0, 1] and fixed.of(1, 1) == 0
+    rand = PolicyMap(Config(env="CartPole-v1", workers=1, envs_per_worker=64, worker_splits=1, num_policies=4,
+                            policy_mapping="random"), worker=0)
+    first = np.zeros(64, bool)
+    before = rand.current[0].copy()
+    rand.write(0, np.zeros(64, np.int8), first)
+    assert (rand.current[0] == before).all(), "no episode starts: the policies stay"
+    first[:32] = True
+    rand.write(0, np.zeros(64, np.int8), first)
+    assert (rand.current[0][32:] == before[32:]).all() and set(rand.current[0].tolist()) == {0, 1, 2, 3}
+
+
+def test_perturbation_moves_each_setting_by_the_factor() -> None:
+    import random
+
+    out = perturbed({"lr": 1e-3, "entropy_coeff": 0.01, "clip_ratio": 0.1, "gamma": 0.99}, random.Random(0))
+    for key, value in (("lr", 1e-3), ("entropy_coeff", 0.01), ("clip_ratio", 0.1)):
+        assert out[key] == pytest.approx(value * 1.2) or out[key] == pytest.approx(value / 1.2)
+    assert out["gamma"] in (pytest.approx(1 - 0.01 * 1.2), pytest.approx(1 - 0.01 / 1.2))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-policies", "0"], "--num-policies must be at least 1"),
+    (["--pbt"], "--pbt needs a population: set --num-policies 2 or more"),
+    (["--num-policies", "2", "--policy-settings", "[{}]"], "--policy-settings must be a JSON list of 2 objects"),
+    (["--num-policies", "2", "--policy-settings", '[{"momentum": 1}, {}]'], "--policy-settings sets 'momentum'"),
+    (["--num-policies", "2", "--policy-mapping", "round"], "--policy-mapping must be fixed or random"),
+])
+def test_bad_population_settings_stop_in_one_line(flags: list[str], message: str, tmp_path: Path) -> None:
+    proc = run_cli(["--env", "CartPole-v1", *flags, "--frames", "1000"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.rglob("*")), "bad input must leave nothing written"
+
+
+def test_multi_agent_envs_and_populations_refuse_the_off_policy_learners(tmp_path: Path) -> None:
+    proc = run_cli(["--env", "tests.multi_agent_envs:match", "--algo", "sac", "--frames", "1000"], tmp_path)
+    assert proc.returncode == 2 and "trains single-agent envs" in proc.stderr, proc.stderr
+    with pytest.raises(ConfigError, match="--num-policies"):
+        config_from_flags(env="Pendulum-v1", algo="sac", num_policies=2)
