@@ -232,6 +232,14 @@ class Config:
     pbt_fraction: float = field(default=0.25, metadata={"algos": PPO_ONLY,
         "help": "the share of the population replaced each PBT round (at least one policy), and the share it "
                 "copies from"})
+    self_play: bool = field(default=False, metadata={"algos": PPO_ONLY,
+        "help": "a multi-agent env's episodes pit one seat of a learning policy against snapshots of the learning "
+                "policies (--self-play-pool, one every --self-play-every versions); the snapshots' steps are not "
+                "trained on, the win rate against them is logged"})
+    self_play_pool: int = field(default=8, metadata={"algos": PPO_ONLY,
+        "help": "snapshots kept as self-play opponents (the oldest is replaced; all start as the initial policy)"})
+    self_play_every: int = field(default=10, metadata={"algos": PPO_ONLY,
+        "help": "policy versions between self-play snapshots"})
     # --- model: encoder and recurrent core (docs/models.md) ---
     encoder: str = field(default="auto", metadata={"algos": PPO_ONLY,
         "help": "auto (the Nature CNN for images, an MLP for vectors), nature, impala (the IMPALA ResNet), mlp, or "
@@ -317,6 +325,12 @@ class Config:
     @property
     def envs_per_split(self) -> int:
         return self.envs_per_worker // self.worker_splits
+
+    @property
+    def acting_policies(self) -> int:
+        """The models the policy workers act with: the learning policies, and with --self-play the snapshot pool
+        (policy ids num_policies .. num_policies + self_play_pool - 1)."""
+        return self.num_policies + (self.self_play_pool if self.self_play else 0)
 
     @property
     def num_splits(self) -> int:
@@ -428,7 +442,7 @@ class Config:
         policy_settings(self)
         if self.num_policies > 1 and self.serial:
             raise ConfigError("--serial trains one policy; drop --num-policies or --serial")
-        if self.num_policies > 1:
+        if self.num_policies > 1 or self.self_play:
             from asyncrl.scaling import world_size
 
             if world_size() > 1:
@@ -442,6 +456,11 @@ class Config:
             raise ConfigError(f"--pbt-period must be at least 1 frame (got {self.pbt_period})")
         if not 0.0 < self.pbt_fraction <= 0.5:
             raise ConfigError(f"--pbt-fraction must be in (0, 0.5] (got {self.pbt_fraction})")
+        for name in ("self_play_pool", "self_play_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        if self.self_play and (self.serial or self.deterministic):
+            raise ConfigError("--self-play needs the forked engine's policy workers; drop --serial/--deterministic")
 
     def _validate_serial(self) -> None:
         """--serial runs everything in this process: one inference path, and no torchrun group."""

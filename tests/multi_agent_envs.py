@@ -148,6 +148,55 @@ class MatchEnv:
         pass
 
 
+class CueDuel:
+    """Two players see the same random cue of 8 each round; a player who answers it while the other does not
+    scores +1 and the other -1 (zero-sum). 8 rounds: a return above 0 is a win."""
+
+    metadata: dict = {}
+    CUES, LENGTH = 8, 8
+
+    def __init__(self) -> None:
+        self.possible_agents = ["left", "right"]
+        self.agents: list[str] = []
+        self.rng = np.random.default_rng(0)
+        self.cue, self.t = 0, 0
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Box(0.0, 1.0, (self.CUES,), np.float32)
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return gym.spaces.Discrete(self.CUES)
+
+    def _obs(self) -> dict:
+        self.cue = int(self.rng.integers(0, self.CUES))
+        return {a: np.eye(self.CUES, dtype=np.float32)[self.cue] for a in self.possible_agents}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict):
+        left, right = (int(actions[a]) == self.cue for a in self.possible_agents)
+        score = float(left) - float(right)
+        self.t += 1
+        done = self.t == self.LENGTH
+        out = (self._obs(), {"left": score, "right": -score}, {a: done for a in self.agents},
+               {a: False for a in self.agents}, {a: {} for a in self.agents})
+        if done:
+            self.agents = []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def duel() -> CueDuel:
+    return CueDuel()
+
+
 def coded(agents: int = 3) -> CodedParallelEnv:
     return CodedParallelEnv(agents)
 

@@ -80,7 +80,22 @@ def test_pbt_replaces_a_policy_that_cannot_learn(tmp_path: Path) -> None:
     assert last(records, "policy_1/lr") == pytest.approx(into_1[-1]["settings"]["lr"])
 
 
-def test_fixed_and_random_policy_maps() -> None:
+def test_self_play_wins_against_its_early_snapshots(tmp_path: Path) -> None:
+    """A zero-sum duel: the learning seat soon beats the pool of first weights; the snapshots' own episodes are
+    neither trained on nor reported (one learning seat of two: half the agent-episodes)."""
+    proc = run_cli(["--env", "tests.multi_agent_envs:duel", "--self-play", "--self-play-every", "10", "--workers",
+                    "1", "--envs-per-worker", "16", "--rollout", "8", "--batch-size", "128", "--minibatches", "2",
+                    "--epochs", "2", "--lr", "0.01", "--frames", "6000", "--report-interval", "1",
+                    "--experiment", "duel"], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = read_metrics(tmp_path / "duel")
+    rates = [r["win_rate"] for r in records if r.get("win_rate") is not None]
+    assert rates and max(rates) >= 0.8, rates
+    end = records[-1]
+    assert 0.85 <= end["episodes"] * 8 * 2 / end["env_steps"] <= 1.05, (end["episodes"], end["env_steps"])
+
+
+def test_fixed_random_and_self_play_policy_maps() -> None:
     cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=6, worker_splits=2, num_policies=2)
     fixed = PolicyMap(cfg, worker=1)  # global columns 6..11
     row = np.zeros(3, np.int8)
@@ -112,6 +127,7 @@ def test_perturbation_moves_each_setting_by_the_factor() -> None:
     (["--num-policies", "2", "--policy-settings", "[{}]"], "--policy-settings must be a JSON list of 2 objects"),
     (["--num-policies", "2", "--policy-settings", '[{"momentum": 1}, {}]'], "--policy-settings sets 'momentum'"),
     (["--num-policies", "2", "--policy-mapping", "round"], "--policy-mapping must be fixed or random"),
+    (["--self-play"], "--self-play seats a learning policy against snapshots in a multi-agent env"),
 ])
 def test_bad_population_settings_stop_in_one_line(flags: list[str], message: str, tmp_path: Path) -> None:
     proc = run_cli(["--env", "CartPole-v1", *flags, "--frames", "1000"], tmp_path)
@@ -126,3 +142,12 @@ def test_multi_agent_envs_and_populations_refuse_the_off_policy_learners(tmp_pat
     assert proc.returncode == 2 and "trains single-agent envs" in proc.stderr, proc.stderr
     with pytest.raises(ConfigError, match="--num-policies"):
         config_from_flags(env="Pendulum-v1", algo="sac", num_policies=2)
+    duel = PolicyMap(Config(env="duel", workers=1, envs_per_worker=8, worker_splits=1, self_play=True,
+                            self_play_pool=4), worker=0, agents=2)
+    seats = duel.current[0].reshape(4, 2)
+    assert ((seats == 0).sum(axis=1) == 1).all() and ((seats >= 1) & (seats <= 4)).sum() == 4, seats
+    first = np.array([True, True, True, False, False, False, False, False])  # instance 0 ends; 1 has one agent out
+    kept = duel.current[0][2:].copy()
+    for _ in range(20):
+        duel.write(0, np.zeros(8, np.int8), first)
+    assert (duel.current[0][2:] == kept).all(), "an instance is seated again only when all its agents start over"

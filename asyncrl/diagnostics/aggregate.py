@@ -49,11 +49,24 @@ class PolicyTotals:
     objective: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))  # info true_objective, if any
     learner: list[dict] = field(default_factory=list)  # the interval's updates
     version: int = 0
+    self_play: bool = False  # its episodes are games against the snapshot pool: their outcomes are recorded
+    outcomes: deque = field(default_factory=lambda: deque(maxlen=RETURN_WINDOW))  # 1 win, 0.5 draw, 0 loss
+
+    def add_episode(self, episode: Sequence[Any]) -> None:
+        self.episodes += 1
+        self.returns.append(episode[0])
+        self.lengths.append(episode[1])
+        self.outcomes.append(1.0 if episode[0] > 0 else 0.5 if episode[0] == 0 else 0.0)
+        extra = episode[3] if len(episode) > 3 else {}
+        if OBJECTIVE in extra:
+            self.objective.append(extra[OBJECTIVE])
 
     def record(self, prefix: str, names: Iterable[str]) -> dict[str, Any]:
         """`<prefix>episode_return_mean` and the rest of this policy's interval (its learner stats reset)."""
         out = {f"{prefix}episode_return_mean": _mean(self.returns), f"{prefix}episode_len_mean": _mean(self.lengths),
                f"{prefix}episodes": self.episodes, f"{prefix}policy_version": self.version}
+        if self.self_play:  # a positive return is a win against the pool, zero a draw
+            out[f"{prefix}win_rate"] = _mean(self.outcomes)
         out.update({f"{prefix}{k}": v for k, v in learner_stats(self.learner, names).items() if k != "policy"})
         self.learner = []
         return out
@@ -105,13 +118,7 @@ class Totals:
         self.episodes += len(payload["episodes"])
         for p, episode in zip(payload.get("episode_policies", ()), payload["episodes"]):
             if 0 <= p < len(self.policies):
-                member = self.policies[p]
-                member.episodes += 1
-                member.returns.append(episode[0])
-                member.lengths.append(episode[1])
-                extra = episode[3] if len(episode) > 3 else {}
-                if OBJECTIVE in extra:
-                    member.objective.append(extra[OBJECTIVE])
+                self.policies[p].add_episode(episode)
         for k in self.rollout_time:
             self.rollout_time[k] += payload.get(k, 0.0)
 
@@ -188,6 +195,9 @@ class Totals:
         out: dict[str, Any] = {}
         for p, member in enumerate(self.policies):
             out.update(member.record(f"policy_{p}/", self.learner_stat_names))
+        if self.policies and self.policies[0].self_play:
+            outcomes = [o for m in self.policies for o in m.outcomes]
+            out["win_rate"] = sum(outcomes) / len(outcomes) if outcomes else None
         return out
 
 

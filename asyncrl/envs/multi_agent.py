@@ -65,6 +65,13 @@ def _brief(spaces: tuple[Any, Any]) -> str:
     return " / ".join(" ".join(str(s).split()) for s in spaces)
 
 
+def check_self_play(name: str, spec: EnvSpec, self_play: bool) -> None:
+    """EnvError (one line) for --self-play on an env without opponents (a single-agent env)."""
+    if self_play and spec.num_agents < 2:
+        raise EnvError(f"--self-play seats a learning policy against snapshots in a multi-agent env, but {name!r} has "
+                       f"one agent; drop --self-play")
+
+
 def check_agent_columns(name: str, spec: EnvSpec, columns: int) -> None:
     """EnvError (one line) when `columns` env columns (a worker split's) are not whole env instances."""
     if spec.num_agents > 1 and columns % spec.num_agents:

@@ -37,7 +37,13 @@ from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_key
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
 from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec, spaces_env_spec
-from asyncrl.envs.multi_agent import MultiAgentVecEnv, check_agent_columns, is_multi_agent, multi_agent_spec
+from asyncrl.envs.multi_agent import (
+    MultiAgentVecEnv,
+    check_agent_columns,
+    check_self_play,
+    is_multi_agent,
+    multi_agent_spec,
+)
 from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
 
 ATARI_PREFIX = "atari_"
@@ -266,6 +272,7 @@ def check_env_size(cfg: Config, spec: EnvSpec) -> None:
     """EnvError (one line) when the env's VectorEnv always has another size than a worker split's env count, or a
     worker split's env columns are not whole instances of a multi-agent env."""
     check_agent_columns(cfg.env, spec, cfg.envs_per_split)
+    check_self_play(cfg.env, spec, cfg.self_play)
     if spec.fixed_num_envs and spec.fixed_num_envs != cfg.envs_per_split:
         raise EnvError(f"{cfg.env!r} returned a VectorEnv of {spec.fixed_num_envs} envs where {cfg.envs_per_split} "
                        f"were asked for; give the callable a num_envs argument, or set --envs-per-worker to "

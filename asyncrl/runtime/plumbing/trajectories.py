@@ -77,7 +77,7 @@ def trajectory_layout(cfg: Config, spec: EnvSpec, state: Layout | None = None) -
         # --num-policies N > 1: which policy acts for each env at each step (the rollout worker writes it), and
         # each row's own policy version (it replaces the per-step one)
         **({"policy": ((s, t, e), np.dtype(np.int8)), "versions": ((s, t, e), np.dtype(np.int64))}
-           if cfg.num_policies > 1 else {}),
+           if cfg.acting_policies > 1 else {}),
     }
 
 

@@ -48,7 +48,7 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
     ConfigError (one line) if memory or /dev/shm runs out."""
     try:
         traj = allocate_trajectories(cfg, spec, state_layout(cfg))  # the model's per-env state columns (--rnn)
-        weights = [SharedWeights() for _ in range(cfg.num_policies)]
+        weights = [SharedWeights() for _ in range(cfg.acting_policies)]
         channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
     except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
         raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "

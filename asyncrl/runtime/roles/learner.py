@@ -82,6 +82,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     device = set_up_torch(cfg)
     learners = [make_learner(member_config(cfg, s), spec, device) for s in policy_settings(cfg)]
     learner = learners[0]
+    weights, pool_blocks = weights[:cfg.num_policies], weights[cfg.num_policies:]  # --self-play: the snapshots
     start = _resume(cfg, learners, channels)
     if start is None:
         return  # reported as fatal; the runner has stopped the run
@@ -97,7 +98,38 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     save = _checkpointer(cfg, learners, publishers, channels)
     if group is not None:
         save = group.wrap_save(save)  # only rank 0 saves, with the group's totals
-    LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps).run()
+    loop = LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps)
+    loop.pool = SnapshotPool(cfg, learners, pool_blocks) if pool_blocks else None
+    loop.run()
+
+
+class SnapshotPool:
+    """--self-play's opponents: past versions of the learning policies in the pool's weights blocks. Block j holds
+    snapshots of policy j mod N; every block starts with its policy's first weights, and each policy's newest
+    snapshot (every --self-play-every versions) replaces the oldest of its blocks. A resumed run starts its pool
+    again from the resumed weights."""
+
+    def __init__(self, cfg: Config, learners: list[Learner], blocks: list[SharedWeights]) -> None:
+        n = len(learners)
+        self.every = cfg.self_play_every
+        self.publishers = [WeightsPublisher(learners[j % n].policy_module(), b) for j, b in enumerate(blocks)]
+        self.versions = [1] * len(blocks)
+        for publisher in self.publishers:
+            publisher.publish(1)
+        self.blocks_of = [[j for j in range(len(blocks)) if j % n == p] for p in range(n)]
+        self.taken = [0] * n
+        self.due = [m.version + self.every for m in learners]
+
+    def after_update(self, policy: int, learner: Learner) -> None:
+        """Snapshot `policy` into its oldest block once it is --self-play-every versions past the last one."""
+        if learner.version < self.due[policy] or not self.blocks_of[policy]:
+            return
+        self.due[policy] = learner.version + self.every
+        blocks = self.blocks_of[policy]
+        j = blocks[self.taken[policy] % len(blocks)]
+        self.taken[policy] += 1
+        self.versions[j] += 1
+        self.publishers[j].publish(self.versions[j])
 
 
 def set_up_torch(cfg: Config) -> torch.device:
@@ -239,6 +271,7 @@ class LearnerLoop:
         self.learner, self.publisher = self.learners[0], self.publishers[0]
         self.cfg, self.spec, self.traj, self.device = cfg, spec, traj, device
         self.channels, self.group, self.save = channels, group, save
+        self.pool: SnapshotPool | None = None  # --self-play
         self.beat = channels.live["beat_learner"]
         self.env_steps = env_steps  # the runner's count, from its commands
         self.collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
@@ -305,7 +338,7 @@ class LearnerLoop:
         cfg, learner, channels = self.cfg, self.learner, self.channels
         t1 = time.monotonic()
         slots = np.asarray(self.pending, dtype=np.int64)
-        population = len(self.learners) > 1  # gathered at version 0: each policy counts the lag from its own
+        population = "policy" in self.traj  # gathered at version 0: each policy counts the lag from its own
         batch = gather_batch(self.traj, slots, 0 if population else learner.version, self.device)
         if not cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
             channels.free.put_many(self.pending)
@@ -320,6 +353,8 @@ class LearnerLoop:
             if self.group is not None:
                 self.group.agree(member, stats, channels)  # torchrun: counters and stopping, before publishing
             publisher.publish(member.version)
+            if self.pool is not None:
+                self.pool.after_update(p, member)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             stats.update(timing, t_train=time.monotonic() - t_start, **({"policy": p} if population else {}))

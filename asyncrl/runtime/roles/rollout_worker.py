@@ -50,7 +50,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
     owner, want, acted = guard.owner, guard.want, guard.acted
     envs = guard.make_envs()
     faults = guard.faults()  # per split: env instances its backend replaced during the last step
-    policies = PolicyMap(cfg, worker) if cfg.num_policies > 1 else None
+    policies = PolicyMap(cfg, worker, envs[0].spec.num_agents) if cfg.acting_policies > 1 else None
     if policies is not None:
         policy = traj["policy"]
 
@@ -112,10 +112,14 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         t2 = time.monotonic()
         if finished:
             _keep_final_obs(slot, t, truncated, final_scratch[split], final_obs, final_step)
+            played = [policies.of(split, e.env) for e in finished] if policies is not None else None
+            if played is not None and policies.pool:  # a self-play snapshot's episodes are not the run's
+                finished = [e for e, p in zip(finished, played) if policies.learning(p)]
+                played = [p for p in played if policies.learning(p)]
             stats.extend("episodes", [(e.ret, e.length, e.truncated) if e.extra is None else
                                       (e.ret, e.length, e.truncated, e.extra) for e in finished])
-            if policies is not None:  # who played each: the map before this step's episode starts redraw it
-                stats.extend("episode_policies", [policies.of(split, e.env) for e in finished])
+            if played is not None:  # who played each: the map before this step's episode starts redraw it
+                stats.extend("episode_policies", played)
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
         stats.add("env_steps", agent_steps)

@@ -311,9 +311,9 @@ class Runner:
     def _start_population(self, settings: list[dict[str, float]]) -> None:
         """--num-policies > 1: per-policy totals, and with --pbt the exploit/explore schedule."""
         self.policy_settings = settings
-        if len(settings) < 2:
+        if len(settings) < 2 and not self.cfg.self_play:
             return
-        self.totals.policies = [PolicyTotals() for _ in settings]
+        self.totals.policies = [PolicyTotals(self_play=self.cfg.self_play) for _ in settings]
         if self.cfg.pbt:
             self.pbt = PopulationTrainer(self.cfg, settings, self.totals.env_steps * self.spec.frameskip,
                                          self.channels.learner_cmds.put)
