@@ -17,7 +17,16 @@ from asyncrl.bench.replay import CASES, fill_for, run_replay
 from asyncrl.bench.report import markdown
 from asyncrl.bench.sample_factory import frame_reports, measured_marks, sf2_command, window_fps
 from asyncrl.bench.settings import BenchSettings
-from asyncrl.bench.suite import DOOM_ENVS, add_ratios, command, last_record, plan, scaling_points, suite_envs
+from asyncrl.bench.suite import (
+    DOOM_ENVS,
+    POPULATION_GROUP,
+    add_ratios,
+    command,
+    last_record,
+    plan,
+    scaling_points,
+    suite_envs,
+)
 from asyncrl.bench.trainer import measured_windows
 from asyncrl.cli.bench import split_argv
 
@@ -177,3 +186,16 @@ def test_plan_adds_sample_factory_beside_doom_train_only_with_sf2_python() -> No
     assert ("CartPole-v1", "sf2_train") not in [(s.settings.env, s.settings.mode)
                                                 for s in plan(["CartPole-v1"], True, BenchSettings(sf2_python="/p"))]
     assert all(s.settings.mode != "sf2_train" for s in plan(["doom_basic"], False, BenchSettings()))
+
+
+def test_the_cartpole_suite_times_two_policies_against_one_on_the_same_layout() -> None:
+    steps = [s for s in plan(["CartPole-v1"], True, BenchSettings(extra_trainer_args=("--lr", "0.001")))
+             if s.settings.mode == "train" and s.settings.env == "CartPole-v1"]
+    own, two = (s for s in steps if s.group in ("", POPULATION_GROUP))
+    assert two.group == POPULATION_GROUP and two.label == "2 policies"
+    assert two.settings.extra_trainer_args == ("--lr", "0.001", "--num-policies", "2")
+    assert (own.settings.workers, own.settings.envs_per_worker) == (two.settings.workers, two.settings.envs_per_worker)
+    records = [{"env": "CartPole-v1", "mode": "train", "group": "CartPole-v1", "sps": 1000.0},
+               {"env": "CartPole-v1", "mode": "train", "group": POPULATION_GROUP, "label": "2 policies", "sps": 900.0}]
+    rows = add_ratios(records)
+    assert [r["env"] for r in rows] == ["CartPole-v1"] and records[1]["over_one_policy"] == 0.9

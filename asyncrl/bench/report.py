@@ -30,7 +30,8 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
         cpu = (r.get("stages") or {}).get("cpu_run")
         load = (r.get("machine") or {}).get("load_avg") or [None]
         used = "-" if cpu is None else f"{cpu:.0f}%"
-        lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
+        mode = f"{r['mode']} ({r['label']})" if r.get("label") else r["mode"]
+        lines.append(f"| {r['env']} | {mode} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
                      f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} | {r.get('device') or '-'} |")
     return lines
 
@@ -118,5 +119,9 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes:
     if any(r.get("scaling") for r in records):
         scaling_env = next(r["env"] for r in records if r.get("scaling"))
         lines += [*scaling_table(records, scaling_env), ""]
+    for r in records:
+        if r.get("over_one_policy"):
+            lines += [f"{r['env']}: train frames/s with {r['label']} / with one policy (same env and layout): "
+                      f"{r['over_one_policy']:.2f}", ""]
     lines += replay_table(records)
     return "\n".join(lines)

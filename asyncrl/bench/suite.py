@@ -67,6 +67,9 @@ def modes_for(env: str, quick: bool) -> tuple[str, ...]:
 
 BATCHED_MODES = ("sampler", "train", "naive_vector")
 BATCHED_GROUP = f"{BATCHED_ENV} x {BATCHED_ENVS:,} envs (batched)"
+# --num-policies: the env's train row again with two policies (each trains on half the env columns), same layout
+POPULATION_ENV, POPULATION_POLICIES = "CartPole-v1", 2
+POPULATION_GROUP = f"{POPULATION_ENV} x {POPULATION_POLICIES} policies"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class Step:
     settings: BenchSettings
     scaling: bool = False  # a point of the sampler scaling curve
     group: str = ""  # the rows compared with each other (ratios); "" for the env's own rows
+    label: str = ""  # what sets the row apart from its mode's usual one (shown beside the mode)
 
 
 def scaling_points(cpus: int) -> list[int]:
@@ -109,6 +113,11 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
                                            if mode == "naive_vector" else {})}
             steps.append(Step(base.for_mode(mode, env=BATCHED_ENV, **layout, **timing(mode, quick),
                                             **(overrides or {})), group=BATCHED_GROUP))
+    if POPULATION_ENV in envs:
+        changes = {"env": POPULATION_ENV, **timing("train", quick), **(overrides or {}),
+                   "extra_trainer_args": (*base.extra_trainer_args, "--num-policies", str(POPULATION_POLICIES))}
+        steps.append(Step(base.for_mode("train", **changes), group=POPULATION_GROUP,
+                          label=f"{POPULATION_POLICIES} policies"))
     steps.append(Step(base.for_mode("null", **timing("null", quick), **(overrides or {}))))
     steps.append(Step(base.for_mode("null", envs_per_worker=NULL_WIDE_ENVS_PER_WORKER, minibatches=1,
                                     **timing("null", quick), **(overrides or {}))))  # 1 trajectory per batch
@@ -151,6 +160,7 @@ def run_step(step: Step, log=print) -> dict[str, Any]:
                   "sps": None, "fps": None, "repeats": 0, "error": f"exit code {proc.returncode}"}
     record["scaling"] = step.scaling
     record["group"] = step.group or record["env"]
+    record["label"] = step.label
     record["step_wall_s"] = round(time.monotonic() - started, 1)  # start-up and stop included
     return record
 
@@ -189,8 +199,9 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
     row per env."""
     rows = []
-    for env in dict.fromkeys(r.get("group", r["env"]) for r in records
-                             if r["mode"] not in ("null", "replay", "sf2_train")):
+    own = [r for r in records
+           if r["mode"] not in ("null", "replay", "sf2_train") and r.get("group") != POPULATION_GROUP]
+    for env in dict.fromkeys(r.get("group", r["env"]) for r in own):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
                "train_over_sampler": ratio(train, sampler), "asyncrl_over_naive": same_device_ratio(train, naive),
@@ -202,6 +213,9 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
             train["asyncrl_over_sf2"] = row["asyncrl_over_sf2"]
         rows.append(row)
+    population = find(records, POPULATION_GROUP, "train")
+    if population:
+        population["over_one_policy"] = ratio(population, find(records, POPULATION_ENV, "train"))
     return rows
 
 
