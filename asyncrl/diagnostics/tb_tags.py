@@ -4,7 +4,8 @@
 rate, versions and staleness; `perf/` throughput, stage-time fractions and queue lengths; `sys/` CPU, memory and
 GPU; `health/` restarts, env errors and non-finite updates; `eval/` evaluation returns (`--eval-every`); `env/`
 the env's own episode metrics (`info_<key>`);
-`replay/` the off-policy learners' replay and critic figures (buffer size, UTD, sample age, Q divergence).
+`replay/` the off-policy learners' replay and critic figures (buffer size, UTD, sample age, Q divergence);
+`policy_<k>/` one policy's figures of a --num-policies run.
 metrics.jsonl keeps the bare keys. Torch-free.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 EXACT = {
     "episodes": "episode", "episode_return_mean": "episode", "episode_return_mean_20": "episode",
-    "episode_len_mean": "episode",
+    "episode_len_mean": "episode", "win_rate": "episode",
     "policy_loss": "losses", "value_loss": "losses", "grad_norm": "losses", "grad_norm_max": "losses",
     "entropy": "policy", "entropy_floor": "policy", "kl": "policy", "clip_fraction": "policy",
     "learning_rate": "policy", "policy_version": "policy", "learner_updates": "policy",
@@ -44,5 +45,6 @@ def namespace(key: str) -> str:
 
 
 def tb_tag(key: str) -> str:
-    """`episode_return_mean` -> `episode/episode_return_mean`; the key itself is kept whole after the slash."""
-    return f"{namespace(key)}/{key}"
+    """`episode_return_mean` -> `episode/episode_return_mean`; the key itself is kept whole after the slash. A key
+    that names its own group (`policy_<k>/...`, one policy of --num-policies) is its own tag."""
+    return key if "/" in key else f"{namespace(key)}/{key}"
