@@ -21,8 +21,8 @@ class CueMemory(gym.Env):
     observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
-    def __init__(self, length: int = CUE_LEN) -> None:
-        self.length = length
+    def __init__(self, length: int = CUE_LEN, clock: bool = True) -> None:
+        self.length, self.clock = length, clock
         self.t = self.cue = 0
 
     def _obs(self) -> np.ndarray:
@@ -30,7 +30,7 @@ class CueMemory(gym.Env):
         if self.t == 0:
             obs[self.cue] = 1.0
         obs[2] = float(self.t == self.length - 1)
-        obs[3] = self.t / self.length
+        obs[3] = self.t / self.length if self.clock else 0.0
         return obs
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -45,5 +45,5 @@ class CueMemory(gym.Env):
         return self._obs(), reward, done, False, {}
 
 
-def make_cue(length: int = CUE_LEN) -> CueMemory:
-    return CueMemory(length)
+def make_cue(length: int = CUE_LEN, clock: bool = True) -> CueMemory:
+    return CueMemory(length, clock)

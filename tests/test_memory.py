@@ -3,9 +3,12 @@
 Episodes (12 steps) are longer than the slots (--rollout 8), so every episode crosses a slot boundary between
 its cue and its question: a feed-forward policy stays at chance (0.5), and a recurrent one can answer only if
 its state is carried across slots, by the policy workers and by the learner from each slot's stored initial
-state. That the two agree on every state is checked exactly below. A learning test of --rnn on this task is
-not here yet: --rnn gru runs reached 0.95-1.0 within 31k-45k env steps, but others (one in a fresh-clone suite,
-one in lockstep) stayed at chance for 60k, so no budget holds reliably yet.
+state. That the two agree on every state is checked exactly below.
+
+The learning tests train --rnn gru and --rnn lstm on the same task with 16-step slots: episodes start at every
+phase of a slot (16 is not a multiple of 12), so some keep their cue and question in one slot and most cross a
+boundary, where only the carried state holds the cue. The clock input is off there (`{"clock": false}`), so
+the core sees nothing between cue and question.
 """
 
 from __future__ import annotations
@@ -32,6 +35,39 @@ def train(train_dir: Path, name: str, *args: str) -> list[dict]:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = (train_dir / name / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("episode_return_mean") is not None]
+
+
+SOLVED = 0.9  # the issue's bar: 90% of the maximum return (1)
+# asyncrl.train() in a script: the run stops once the 100-episode mean reaches STOP (else at the budget).
+LEARN_SCRIPT = """
+import sys
+
+import asyncrl
+
+
+def solved(record):
+    return not (record["event"] == "metrics" and (record.get("episode_return_mean") or 0) >= {stop})
+
+
+asyncrl.train(env="memory_envs:make_cue", env_kwargs='{{"clock": false}}', rollout=16, rnn=sys.argv[2],
+              rnn_size=64, lr=1e-3, lr_schedule="constant", entropy_coeff=0.01, frames=int(sys.argv[3]),
+              report_interval=1, device="cpu", train_dir=sys.argv[1], experiment=sys.argv[2], callbacks=[solved])
+"""
+# Budgets in env steps, measured: the 100-episode mean first reached 0.9 at GRU: 19.6k, LSTM: 5.7k-6.6k
+LEARN_FRAMES = {"gru": 60_000, "lstm": 30_000}
+
+
+@pytest.mark.parametrize("core", ["gru", "lstm"])
+def test_a_recurrent_policy_remembers_the_cue(core: str, tmp_path: Path) -> None:
+    script = tmp_path / "learn.py"
+    script.write_text(LEARN_SCRIPT.format(stop=SOLVED + 0.05))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), core, str(LEARN_FRAMES[core])],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = (tmp_path / core / "metrics.jsonl").read_text().splitlines()
+    returns = [r["episode_return_mean"] for r in map(json.loads, lines) if r.get("episode_return_mean") is not None]
+    assert returns and max(returns) >= SOLVED, f"--rnn {core} stayed at {max(returns or [0]):.2f}"
 
 
 def test_a_feed_forward_policy_stays_at_chance(tmp_path: Path) -> None:
