@@ -196,9 +196,11 @@ def _rank_obs(rank: int):
     return make_batch(seed=rank).obs[:-1].reshape(-1, 4)
 
 
-def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path: Path,
-                                                                        launches: list[Launch]) -> None:
-    """Two torchrun nodes on an image-plus-vector Dict env (a CNN and an MLP encoder, per-key slots)."""
+def test_two_nodes_c10d_rendezvous_stay_identical_with_a_gru_on_dict_observations(tmp_path: Path,
+                                                                                   launches: list[Launch]) -> None:
+    """Two torchrun nodes on an image-plus-vector Dict env (a CNN and an MLP encoder, per-key slots) with a
+    recurrent core (--rnn gru: state columns in the slots, the learner's re-run from stored states, the core's
+    gradients averaged with the rest)."""
     train_dir = tmp_path / "train"
     port = free_port()
     nodes = []
@@ -206,7 +208,7 @@ def test_two_nodes_c10d_rendezvous_stay_identical_on_dict_observations(tmp_path:
         args = ["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", f"asyncrl-test-{port}"]
         dict_env = ["--env", "tests.custom_env:SignMatch", "--batch-size", "128", "--minibatches", "2",
-                    "--experiment", "signmatch"]
+                    "--rnn", "gru", "--rnn-size", "16", "--experiment", "signmatch"]
         nodes.append(Launch(args, [*dict_env, "--frames", str(12 * UPDATE_STEPS)], train_dir, f"node{node}",
                             module="asyncrl.cli.train"))
     launches.extend(nodes)
