@@ -7,6 +7,8 @@ at random play (1 of 8) while the others reach 8, unless PBT gives it another's 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,13 @@ def test_each_policy_has_its_own_weights_and_learns_alone(tmp_path: Path) -> Non
         assert (hits >= 7) == solved, (p, hits)
     with pytest.raises(PolicyLoadError, match="holds 3 policies"):
         asyncrl.load_policy(str(tmp_path / "three"), policy=3)
+    # asyncrl-enjoy plays one policy in every seat: policy 0 answers every cue, policy 2 guesses.
+    for p, low, high in ((0, 7, 8), (2, 0, 4)):
+        enjoy = subprocess.run([sys.executable, "-m", "asyncrl.cli.enjoy", str(tmp_path / "three"), "--policy",
+                                str(p), "--episodes", "6"], capture_output=True, text=True, timeout=120)
+        assert enjoy.returncode == 0, enjoy.stderr[-2000:]
+        mean = float(enjoy.stdout.split("raw score mean ")[1].split(",")[0])
+        assert low <= mean <= high, (p, enjoy.stdout)
     # The population resumes: every policy's version goes on from where it stopped.
     versions = [last(records, f"policy_{p}/policy_version") for p in range(3)]
     proc = run_cli([*MATCH, "--num-policies", "3", "--policy-settings", '[{}, {}, {"lr": 0}]', "--frames", "15000",
@@ -67,7 +76,7 @@ def test_pbt_replaces_a_policy_that_cannot_learn(tmp_path: Path) -> None:
     """Two policies, policy 1 at lr 0: PBT copies policy 0 into it and it plays well from then on."""
     proc = run_cli([*MATCH, "--num-policies", "2", "--policy-settings",
                     '[{}, {"lr": 0}]', "--pbt", "--pbt-period", "4000", "--pbt-fraction", "0.5", "--frames", "16000",
-                    "--experiment", "pbt"], tmp_path, timeout=120)
+                    "--eval-every", "8000", "--eval-episodes", "2", "--experiment", "pbt"], tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = read_events(str(tmp_path / "pbt"))
     assert [e for e in events if e["event"] == "round"], events
@@ -76,6 +85,8 @@ def test_pbt_replaces_a_policy_that_cannot_learn(tmp_path: Path) -> None:
     assert exploits[0]["settings_before"]["lr"] == 0.0 and exploits[0]["settings"]["lr"] > 0
     records = read_metrics(tmp_path / "pbt")
     assert last(records, "policy_1/episode_return_mean") >= 6.0, "the copied policy plays as well as its source"
+    evals = [r["eval_return_mean"] for r in records if r.get("eval_return_mean") is not None]
+    assert evals, "the evaluator plays policy 0 in every seat of the multi-agent env"
     into_1 = [e for e in exploits if e["policy"] == 1]
     assert last(records, "policy_1/lr") == pytest.approx(into_1[-1]["settings"]["lr"])
 

@@ -48,18 +48,18 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
     from asyncrl.envs.dict_obs import first_image, obs_zeros, zeros_like
     from asyncrl.models.obs import obs_from_numpy
 
-    spec = env.spec
-    obs = obs_zeros(spec, 1)
-    reward, terminated, truncated = np.zeros(1, np.float32), np.zeros(1, np.bool_), np.zeros(1, np.bool_)
+    spec, n = env.spec, env.num_envs  # n > 1: the agents of a multi-agent env, all played by the policy
+    obs = obs_zeros(spec, n)
+    reward, terminated, truncated = np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_)
     final_obs = zeros_like(obs)
-    actions = np.zeros((1, *spec.action_shape), dtype=spec.action_dtype)
+    actions = np.zeros((n, *spec.action_shape), dtype=spec.action_dtype)
     env.reset(seed=args.seed, obs_out=obs)
     if screens is not None:
         screens.reset(args.seed)
         if screens.note:
             print(f"asyncrl-enjoy: {screens.note}")
     device = module_device(head)
-    state, first = head.initial_state(1), torch.ones(1, dtype=torch.bool, device=device)  # the acting contract
+    state, first = head.initial_state(n), torch.ones(n, dtype=torch.bool, device=device)  # the acting contract
     scores, frames, steps, score = [], [], 0, 0.0
     while len(scores) < args.episodes:
         recording = screens is not None and not scores and len(frames) < MAX_VIDEO_FRAMES
@@ -69,11 +69,20 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
             act, _, state = head.act(obs_from_numpy(obs, device), state, first, greedy=args.greedy)
         actions[:] = act.cpu().numpy()
         finished = env.step(actions, obs, reward, terminated, truncated, final_obs)
-        first[0] = bool(terminated[0] or truncated[0])
+        starts = terminated | truncated if env.skipped is None else terminated | truncated | env.skipped
+        first[:] = torch.from_numpy(starts)
         if recording:
             screens.step(actions)
         steps += 1
         score += float(reward[0])
+        if n > 1:  # every agent's episode is a score of its own
+            for episode in finished[:args.episodes - len(scores)]:
+                scores.append(episode.ret)
+                print(f"episode {len(scores)}: agent {episode.env} score {episode.ret:g} ({episode.length} steps)")
+            if steps >= args.max_steps and len(scores) < args.episodes:
+                print(f"cut after {steps} steps")
+                break
+            continue
         if finished or steps >= args.max_steps:
             scores.append(finished[0].ret if finished else score)
             print(f"episode {len(scores)}: score {scores[-1]:g} ({steps} steps{'' if finished else ', cut'})")
@@ -102,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
         if screens is not None:
             screens.close()
+    if not scores:
+        print(f"asyncrl-enjoy: error: no episode ended within --max-steps {args.max_steps}", file=sys.stderr)
+        return 1
     spread = statistics.pstdev(scores) if len(scores) > 1 else 0.0
     print(f"{len(scores)} episode{'s' if len(scores) > 1 else ''}: raw score mean {statistics.fmean(scores):g}, "
           f"std {spread:g}")

@@ -123,13 +123,15 @@ def _std(episodes: list[tuple[float, int]]) -> float:
 
 def _play(model, cfg: Config, spec: EnvSpec, n: int, greedy: bool, alive: Callable[[], bool],
           record: bool = False) -> tuple[list[tuple[float, int]], list[np.ndarray]]:
-    """(return, length) of the first episode of each of `n` fresh envs, and env 0's frames when `record`."""
+    """(return, length) of the first episode of each of `n` fresh envs (of every agent of enough instances of a
+    multi-agent env, all played by the published policy), and env 0's frames when `record`."""
     import torch
 
     from asyncrl.agents.acting import published_actor
     from asyncrl.models.obs import obs_from_numpy
 
     env, render = _make_env(cfg, n, record)
+    n = env.num_envs  # a multi-agent env's whole instances: a column per agent
     actor = published_actor(model)
     state = actor.initial_state(n)
     first = np.ones(n, np.bool_)  # each env's episode starts at this step
