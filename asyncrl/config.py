@@ -232,6 +232,9 @@ class Config:
     pbt_fraction: float = field(default=0.25, metadata={"algos": PPO_ONLY,
         "help": "the share of the population replaced each PBT round (at least one policy), and the share it "
                 "copies from"})
+    pbt_gap: float = field(default=0.1, metadata={"algos": PPO_ONLY,
+        "help": "a PBT copy needs the source's objective to beat the replaced policy's by more than this share of "
+                "its magnitude (near-ties are left alone)"})
     self_play: bool = field(default=False, metadata={"algos": PPO_ONLY,
         "help": "a multi-agent env's episodes pit one seat of a learning policy against snapshots of the learning "
                 "policies (--self-play-pool, one every --self-play-every versions); the snapshots' steps are not "
@@ -456,6 +459,8 @@ class Config:
             raise ConfigError(f"--pbt-period must be at least 1 frame (got {self.pbt_period})")
         if not 0.0 < self.pbt_fraction <= 0.5:
             raise ConfigError(f"--pbt-fraction must be in (0, 0.5] (got {self.pbt_fraction})")
+        if self.pbt_gap < 0:
+            raise ConfigError(f"--pbt-gap must not be negative (got {self.pbt_gap})")
         for name in ("self_play_pool", "self_play_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")

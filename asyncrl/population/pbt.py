@@ -2,8 +2,9 @@
 
 Every `--pbt-period` frames the policies are ranked by their objective (the mean return of their last 100
 episodes, or the env's `true_objective` where its episodes report one). Each of the worst `--pbt-fraction`
-(at least one) copies the weights and optimizer state of one of the best as many (exploit) and trains on with
-that policy's settings each multiplied or divided by 1.2 (explore; gamma through 1 - gamma, kept below 1).
+(at least one) copies the weights and optimizer state of one of the best as many (exploit), when that one's
+objective is ahead by more than `--pbt-gap` of its own magnitude, and trains on with the source's settings
+each multiplied or divided by 1.2 (explore; gamma through 1 - gamma, kept below 1).
 The learner gets the command on its queue; each round and each copy is a line of `pbt.jsonl` in the run dir.
 """
 
@@ -36,7 +37,7 @@ class PopulationTrainer:
 
     def __init__(self, cfg: Config, settings: list[dict[str, float]], frames: int,
                  send: Callable[[tuple], None]) -> None:
-        self.period, self.fraction = cfg.pbt_period, cfg.pbt_fraction
+        self.period, self.fraction, self.gap = cfg.pbt_period, cfg.pbt_fraction, cfg.pbt_gap
         self.settings = [dict(s) for s in settings]
         self.next_round = frames + self.period
         self.rng = random.Random(cfg.seed)
@@ -57,8 +58,8 @@ class PopulationTrainer:
         self._write({"event": "round", "frames": frames, "scores": scores, "settings": self.settings})
         for into in worst:
             source = self.rng.choice(best)
-            if scores[source] <= scores[into]:
-                continue
+            if scores[source] - scores[into] <= max(self.gap * abs(scores[into]), 1e-6):
+                continue  # a near-tie: copying would only churn
             new = perturbed(self.settings[source], self.rng)
             self.send(("pbt", into, source, new))
             self._write({"event": "exploit", "frames": frames, "policy": into, "from": source,

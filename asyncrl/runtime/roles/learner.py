@@ -349,7 +349,10 @@ class LearnerLoop:
             if rows is None:  # this policy did not act in the batch
                 continue
             t_start = time.monotonic()
-            stats = member.train(rows, member.samples_trained * self.spec.frameskip)
+            # The learning-rate schedule's progress: one policy's own samples, a population's run frames (so
+            # a schedule over --frames ends where the run ends for every policy)
+            progress = self.collected if population else member.samples_trained
+            stats = member.train(rows, progress * self.spec.frameskip)
             if self.group is not None:
                 self.group.agree(member, stats, channels)  # torchrun: counters and stopping, before publishing
             publisher.publish(member.version)
