@@ -39,8 +39,10 @@ RECORD_KEYS = {
     "bottleneck_reason", "alerts",
 }
 SHORT = ["--env", "CartPole-v1", "--serial", "--envs-per-worker", "8", "--batch-size", "256", "--epochs", "4",
-         "--minibatches", "2", "--report-interval", "0.5", "--checkpoint-interval", "1", "--eval-every", "2000",
+         "--minibatches", "2", "--report-interval", "0.5", "--checkpoint-interval", "1", "--eval-every", "1000",
          "--eval-episodes", "2", "--experiment", "s"]
+# The two runs of the resume test, in env steps: 5+ updates of 256 each, a periodic evaluation and the final one.
+FIRST, RESUMED = 1500, 3000
 
 
 def test_serial_cartpole_learns_without_a_child_process() -> None:
@@ -59,15 +61,21 @@ def test_serial_cartpole_learns_without_a_child_process() -> None:
           f"({reached['time']:.1f} s), {result['samples']} samples of its children, none seen")
 
 
-def test_a_serial_run_saves_metrics_and_checkpoints_that_load_and_resume(tmp_path: Path, shm_guard) -> None:
-    first = run_cli([*SHORT, "--frames", "3000"], tmp_path, timeout=120)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "in this one process (--serial)" in first.stdout and "final checkpoint" in first.stdout
+def test_a_serial_run_saves_metrics_and_checkpoints_that_load_and_resume(tmp_path: Path, shm_guard,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """The first run is asyncrl-train's main() in this process (a serial run forks nothing, and a fresh
+    interpreter's imports would be most of its time); the resumed one is the console script, a new process that
+    finds everything it needs on disk."""
+    capsys.readouterr()
+    code = train_main([*SHORT, "--frames", str(FIRST), "--train-dir", str(tmp_path)])
+    first = capsys.readouterr()
+    assert code == 0, first.err[-3000:]
+    assert "in this one process (--serial)" in first.out and "final checkpoint" in first.out
     run_dir = tmp_path / "s"
     records = read_metrics(str(run_dir))
     assert records and all(RECORD_KEYS <= set(r) for r in records), RECORD_KEYS - set(records[-1])
     last = records[-1]
-    assert last["env_steps"] >= 3000 and last["policy_version"] > 1 and last["worker_restarts"] == 0
+    assert last["env_steps"] >= FIRST and last["policy_version"] > 1 and last["worker_restarts"] == 0
     assert last["eval_frames"] == last["frames"] and last["eval_return_mean"] > 0  # the final evaluation
     assert (run_dir / "checkpoints" / "best.pt").exists() and (run_dir / "checkpoints" / "meta.json").exists()
     saved = list_checkpoints(str(run_dir))
@@ -78,12 +86,12 @@ def test_a_serial_run_saves_metrics_and_checkpoints_that_load_and_resume(tmp_pat
     actions = policy(np.zeros((3, 4), np.float32))
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
 
-    second = run_cli(["--resume", "--experiment", "s", "--frames", "6000"], tmp_path, timeout=120)
+    second = run_cli(["--resume", "--experiment", "s", "--frames", str(RESUMED)], tmp_path, timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout and "--serial" in second.stdout  # config.json's serial stands
     resumed = read_metrics(str(run_dir))[len(records):]
     assert resumed and resumed[0]["env_steps"] > last["env_steps"] and resumed[0]["time"] > last["time"]
-    assert resumed[-1]["env_steps"] >= 6000 and resumed[-1]["policy_version"] > last["policy_version"]
+    assert resumed[-1]["env_steps"] >= RESUMED and resumed[-1]["policy_version"] > last["policy_version"]
     assert resumed[-1]["episodes"] > last["episodes"]  # the counters continue
     assert max(int(Path(p).stem.split("_")[1]) for p in list_checkpoints(str(run_dir))) == \
         resumed[-1]["policy_version"]
