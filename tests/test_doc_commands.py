@@ -140,7 +140,10 @@ def fill(words: list[str], seed: int) -> list[str]:
     """Placeholders filled in: seed S (also in seedS), ENV, RUNS, F; `[--opt X]` synopsis brackets dropped."""
     out = []
     for word in words:
-        word = word.strip("[]")
+        if word.startswith("[-"):  # a synopsis bracket, not a JSON list such as --policy-settings '[{}, {}]'
+            word = word[1:]
+        if word.endswith("]") and "[" not in word:
+            word = word[:-1]
         word = "/".join(PLACEHOLDERS.get(part, part) for part in word.split("/"))
         word = re.sub(r"(?<=seed)S\b", str(seed), word)
         out.append(str(seed) if word == "S" else word)
