@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from conftest import run_cli
 
+from asyncrl.agents.registry import make_learner
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.models.actor_critic import flat_state
+from asyncrl.resolve import parse_command_line
+from asyncrl.runtime.host.seeding import weights_sha256
+from asyncrl.runtime.roles.learner import set_up_torch
 from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
 
+# One batch: the initial weights are written before the first update.
 SHORT = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
-         "--minibatches", "1", "--frames", "1000"]
+         "--minibatches", "1", "--frames", "16"]
 # What metrics.jsonl says about learning; times, rates, queue depths, memory and stage fractions may differ.
 LEARNING_FIELDS = ("frames", "env_steps", "episodes", "episode_return_mean", "episode_return_mean_20",
                    "episode_len_mean", "policy_version", "dropped_stale", "learner_updates", "policy_loss",
@@ -26,10 +35,31 @@ def initial_weights(train_dir: Path, experiment: str, seed: int) -> str:
     return (train_dir / experiment / "initial_weights.sha256").read_text().strip()
 
 
+def built_weights(train_dir: Path, experiment: str, seed: int) -> str:
+    """The SHA-256 of the weights the learner process of `asyncrl-train SHORT --seed SEED` starts from, built here
+    as that process builds them: the command line's Config, set_up_torch (threads and seeds), make_learner, the
+    published tensors (flat_state) and their checksum. This process's generators and thread count are put back."""
+    argv = [*SHORT, "--seed", str(seed), "--experiment", experiment, "--train-dir", str(train_dir)]
+    cfg = parse_command_line(argv).config
+    threads, py_state, np_state = torch.get_num_threads(), random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            learner = make_learner(cfg, make_env_spec(cfg), set_up_torch(cfg))
+            flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in flat_state(learner.policy_module())])
+    finally:
+        torch.set_num_threads(threads)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+    return weights_sha256(flat.numpy())
+
+
 def test_seed_fixes_the_initial_weights(tmp_path: Path) -> None:
-    first, again, other = (initial_weights(tmp_path, name, seed) for name, seed in (("a", 5), ("b", 5), ("c", 6)))
+    """One run and two builds of its learner here: the run (a fresh process) and this process start from the same
+    weights for --seed 5, and --seed 6 gives others."""
+    first = initial_weights(tmp_path, "a", 5)
+    again, other = built_weights(tmp_path, "b", 5), built_weights(tmp_path, "c", 6)
     assert len(first) == 64
-    assert first == again, "two runs with --seed 5 started from different weights"
+    assert first == again, "two learners with --seed 5 started from different weights"
     assert first != other, "--seed 5 and --seed 6 started from the same weights"
 
 
