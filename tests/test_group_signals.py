@@ -39,8 +39,7 @@ def test_stop_signal_to_the_process_group_saves_a_final_checkpoint(sig: signal.S
     run = start_train(["--env", ENVS[sig], *COMMON], tmp_path / "train")
     reap.append(run)
     pgid = run.pid  # start_new_session: the runner leads its own group
-    # Version 2: the first update is out, and the learner (which never waits for data here) is in the next one.
-    versions = wait_for(lambda: [r["policy_version"] for r in read_metrics(run.run_dir) if r["policy_version"] >= 2],
+    versions = wait_for(lambda: [r["policy_version"] for r in read_metrics(run.run_dir) if r["policy_version"] >= 3],
                         timeout=300, proc=run.proc)
     assert versions, run.stdout()[-2000:] + run.stderr()[-2000:]
     assert len(_group(pgid)) >= 5  # runner, learner, policy worker, 2 rollout workers
