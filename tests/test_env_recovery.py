@@ -104,7 +104,7 @@ def test_a_failed_step_is_cut_out_of_the_loss_and_the_trace() -> None:
 
     model_state = APPOLearner(cfg, make_env_spec("CartPole-v1"), torch.device("cpu")).model.state_dict()
     reference = grads(base)
-    garbage = Batch(**{f: getattr(base, f).clone() for f in base.__dataclass_fields__})
+    garbage = Batch(**{f: None if (x := getattr(base, f)) is None else x.clone() for f in base.__dataclass_fields__})
     garbage.rewards[bad_t:, bad_env] = 1e6  # whatever the failed step wrote, and the fresh instance's rewards
     garbage.obs[bad_t + 1:, bad_env] = 1e3  # and observations
     garbage.actions[bad_t, bad_env] = 1 - garbage.actions[bad_t, bad_env]
