@@ -19,8 +19,11 @@ import psutil
 import pytest
 
 from asyncrl.diagnostics.metrics import read_metrics as read_run_metrics
+from tests import launcher
 
 SHM = Path("/dev/shm")
+# ASYNCRL_TESTS_FRESH=1: every command a new interpreter (the installed script), none a fork of the warm one.
+FRESH = os.environ.get("ASYNCRL_TESTS_FRESH") == "1"
 
 
 def train_command() -> list[str]:
@@ -32,17 +35,23 @@ def train_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "asyncrl.cli.train"]
 
 
-def run_cli(args: list[str], train_dir: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run `asyncrl-train ARGS --train-dir TRAIN_DIR` to completion and capture its output."""
-    return subprocess.run([*train_command(), *args, "--train-dir", str(train_dir)], capture_output=True, text=True,
-                          timeout=timeout)
+def run_cli(args: list[str], train_dir: Path, timeout: float = 60.0,
+            fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run `asyncrl-train ARGS --train-dir TRAIN_DIR` to completion and capture its output: a fork of the warm
+    interpreter (`tests/launcher.py`), or with `fresh` the installed script in a new interpreter (for runs that
+    must not share the warm interpreter's hash seed and library state, e.g. two runs compared for an exact
+    repeat)."""
+    if fresh or FRESH:
+        return subprocess.run([*train_command(), *args, "--train-dir", str(train_dir)], capture_output=True,
+                              text=True, timeout=timeout)
+    return launcher.run("train", [*args, "--train-dir", str(train_dir)], timeout=timeout)
 
 
 @dataclass
 class TrainRun:
     """A running `asyncrl-train` whose stdout and stderr go to files (a pipe nobody reads could block it)."""
 
-    proc: subprocess.Popen[bytes]
+    proc: launcher.Launched | subprocess.Popen[bytes]
     run_dir: Path
     stdout_path: Path
     stderr_path: Path
@@ -74,14 +83,18 @@ class TrainRun:
 
 
 def start_train(args: list[str], train_dir: Path, experiment: str = "run") -> TrainRun:
-    """Start `asyncrl-train ARGS` in its own session (so Ctrl-C can go to its whole process group)."""
+    """Start `asyncrl-train ARGS` in its own session (so Ctrl-C can go to its whole process group), a fork of the
+    warm interpreter (`tests/launcher.py`)."""
     train_dir.parent.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix=f"logs-{experiment}-", dir=train_dir.parent))
     out, err = logs / "stdout.txt", logs / "stderr.txt"
-    cmd = [*train_command(), *args, "--train-dir", str(train_dir), "--experiment", experiment]
     started = time.monotonic()
-    with open(out, "wb") as fo, open(err, "wb") as fe:
-        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, start_new_session=True)
+    argv = [*args, "--train-dir", str(train_dir), "--experiment", experiment]
+    if FRESH:
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen([*train_command(), *argv], stdout=fo, stderr=fe, start_new_session=True)
+    else:
+        proc = launcher.popen("train", argv, out, err, start_new_session=True)
     return TrainRun(proc, train_dir / experiment, out, err, started)
 
 

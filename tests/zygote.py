@@ -1,0 +1,122 @@
+"""A warm interpreter that starts asyncrl's console commands as forks of itself (`tests/launcher.py` drives it).
+
+A fresh `asyncrl-train` spends about 2.3 s of CPU importing torch and asyncrl before it does anything; the
+suite starts about a hundred of them. This process imports both once, without running a torch operation (so a
+fork of it is as safe as the runner's own forks, `asyncrl.launch.check_can_fork`), then reads one JSON request a
+line on stdin: `{"id", "tool", "args", "cwd", "env", "stdout", "stderr", "new_session"}`. For each it forks a
+child that becomes the command (`asyncrl.cli.<tool>.main()` with that argv, working directory, environment,
+sys.path and output files, the signal dispositions of a fresh interpreter) and exits through the interpreter's
+normal exit path, as the console script does. It answers `{"id", "pid"}` at once and `{"exit": pid, "code"}`
+when a child ends (the code as subprocess reports it: negative for a signal). It exits when stdin closes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import select
+import signal
+import sys
+
+TOOLS = ("train", "enjoy", "export", "plot", "compare", "diagnose", "sweep", "bench")
+BIN_DIR = os.path.dirname(sys.executable)  # where the console scripts live: their sys.path[0]
+
+
+class _Child(Exception):  # noqa: N818 - control flow: unwinds the serving loop in a fresh fork
+    def __init__(self, request: dict) -> None:
+        self.request = request
+
+
+def _site_path() -> list[str]:
+    """sys.path as a console script without PYTHONPATH sees it after its own directory."""
+    extra = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return [p for p in sys.path[1:] if p and os.path.abspath(p) not in extra]
+
+
+def serve(requests_fd: int, answers: io.TextIOBase) -> None:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so SIGCHLD wakes select through the wakeup fd
+    pending = b""
+    while True:
+        ready, _, _ = select.select([requests_fd, wake_r], [], [], 1.0)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        while True:  # reap every child that ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            answers.write(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+            answers.flush()
+        if requests_fd not in ready:
+            continue
+        chunk = os.read(requests_fd, 65536)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            answers.flush()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                for fd in (requests_fd, wake_r, wake_w):
+                    os.close(fd)
+                answers.close()
+                raise _Child(request)
+            answers.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
+            answers.flush()
+
+
+def become(request: dict) -> int:
+    """In the fork: set the process up as a fresh console script would be, then run the command."""
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if request["new_session"]:
+        os.setsid()
+    append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    streams = ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], append), (2, request["stderr"], append))
+    for fd, path, flags in streams:
+        target = os.open(path, flags, 0o644)
+        if target != fd:
+            os.dup2(target, fd)
+            os.close(target)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own streams, as at a fresh start
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    own = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [BIN_DIR, *own, *SITE_PATH]
+    tool = request["tool"]
+    sys.argv = [os.path.join(BIN_DIR, f"asyncrl-{tool}"), *request["args"]]
+    return importlib.import_module(f"asyncrl.cli.{tool}").main()
+
+
+SITE_PATH = _site_path()
+
+if __name__ == "__main__":
+    import torch  # noqa: F401 - the point of this process: imported once, no operation run
+
+    for name in TOOLS:
+        importlib.import_module(f"asyncrl.cli.{name}")
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything printed here goes to stderr, never into the answers
+    try:
+        serve(0, answers)
+        request = None
+    except _Child as child:
+        request = child.request
+    if request is not None:  # in a fork, outside the handler (a traceback of the command shows no _Child)
+        sys.exit(become(request))
