@@ -57,13 +57,23 @@ def _child_main(module: str, function: str, *args) -> None:
     getattr(importlib.import_module(module), function)(*args)
 
 
+def join_while_beating(proc: mp.process.BaseProcess, beat, deadline: float, hang_timeout: float) -> bool:
+    """Join `proc` until `deadline` (time.monotonic()), then for as long as its heartbeat `beat[0]` (the monotonic
+    time of its last sign of work) is younger than `hang_timeout`: the learner's final checkpoint waits for an
+    update of a big batch that outlasts SHUTDOWN_TIMEOUT_S. True once it has exited."""
+    proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    while proc.is_alive() and time.monotonic() - float(beat[0]) < hang_timeout:
+        proc.join(timeout=0.5)
+    return not proc.is_alive()
+
+
 def _import_torch_once() -> None:
     """Import torch here so the torch children forked next share it (imports nothing when already imported)."""
     import torch  # noqa: F401
 
 
 __all__ = ["RunError", "Runner", "check_memory", "check_run_dir", "final_checkpoint_line", "interval_record",
-           "mean_last", "prepare_run_dir", "restore_totals", "run_state"]
+           "join_while_beating", "mean_last", "prepare_run_dir", "restore_totals", "run_state"]
 
 
 def check_run_dir(cfg: Config) -> None:
@@ -413,14 +423,20 @@ class Runner:
         if learner is not None and learner.is_alive():
             ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state()))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        for proc in self.procs.values():
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for name, proc in self.procs.items():
+            if name != "learner":
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        busy = learner is not None and not join_while_beating(learner, self.channels.live["beat_learner"], deadline,
+                                                              self.cfg.hang_timeout)
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=2)
         # The final save's report; a later fatal report (e.g. every rollout worker's envs broke) adds nothing.
         self._drain_reports(skip_fatal=True)
+        if busy and self.supervisor.save_failed is None:  # killed before it could save: never a silent exit 0
+            self.supervisor.save_failed = (f"the learner was still in its update {self.cfg.hang_timeout:g} s after "
+                                           f"its last heartbeat and was killed")
 
     # ----- statistics -----
     def _drain_reports(self, skip_fatal: bool = False) -> None:
