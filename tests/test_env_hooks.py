@@ -10,6 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from asyncrl.diagnostics.metrics import read_metrics
+from tests import launcher
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
@@ -24,9 +25,8 @@ FRAMES = 12_000
 
 def train(train_dir, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-train")
-    return subprocess.run([script, "--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return launcher.run("train", ["--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args], timeout=300,
+                        env=env)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ observation space."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.presets import preset_name
 from asyncrl.resolve import config_from_flags
-from tests.conftest import train_command
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,9 +44,8 @@ class Sized(gym.Env):
 def test_kwargs_reach_a_callable_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "my_env.py").write_text(MY_ENV)
     kwargs = '{"obs_dim": 7, "steps": 4}'
-    proc = subprocess.run([*train_command(), "--env", "my_env:Sized", "--env-kwargs", kwargs, "--frames", "3000",
-                           "--train-dir", "runs", "--workers", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = launcher.run("train", ["--env", "my_env:Sized", "--env-kwargs", kwargs, "--frames", "3000",
+                                  "--train-dir", "runs", "--workers", "1"], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # Sized has no default obs_dim
     run_dir = tmp_path / "runs" / "my_env_Sized"
     assert json.loads((run_dir / "config.json").read_text())["env_kwargs"] == kwargs

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import train_command
 
 from asyncrl.cli.train import main as train_main
+from tests import launcher
 
 LOG_HEADER, LOG_BLOCK, RECORD_HEADER = 7, 32768, 7  # the .wandb file: a LevelDB-style log of protobuf records
 
@@ -48,7 +47,7 @@ def test_wandb_offline_logs_scalars_config_and_eval_video(tmp_path: Path) -> Non
     args = ["--env", "CartPole-v1", "--frames", "3000", "--workers", "2", "--report-interval", "1",
             "--eval-every", "1500", "--eval-episodes", "1", "--eval-video", "--wandb", "--wandb-project", "proj",
             "--wandb-group", "grp", "--wandb-tags", "a, b", "--train-dir", str(tmp_path), "--experiment", "wb"]
-    done = subprocess.run([*train_command(), *args], capture_output=True, text=True, timeout=600, env=env)
+    done = launcher.run("train", args, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = list((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1, list((tmp_path / "wb").rglob("*"))
