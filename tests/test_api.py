@@ -217,6 +217,11 @@ def test_import_stays_light_and_an_unsafe_fork_is_refused(trained: TrainedRun) -
         import torch
         torch.set_num_threads(2)
         torch.ones(1 << 21).add_(1)  # starts torch's thread pool, which a forked worker could not use
+        # The probe's forked child hangs for good once the pool has started, so it is declared hung after 1 s
+        # rather than its default 10 (the wait was most of this test's time); the refusal comes through the
+        # same check_can_fork -> torch_threads_started path.
+        import asyncrl.launch
+        asyncrl.launch.torch_threads_started.__defaults__ = (1.0,)
         try:
             asyncrl.train(env="CartPole-v1", frames=1000, train_dir=sys.argv[1], experiment="never")
         except asyncrl.ForkError as exc:

@@ -33,9 +33,17 @@ from asyncrl.cli.bench import split_argv
 RECORD_KEYS = {"env", "mode", "workers", "envs_per_worker", "sps", "fps", "repeats", "sps_windows", "machine"}
 
 
+# Measured time of the sampler run: 3 windows of 1 s after a 1 s warm-up window (was 6 s: 2 s windows). The record
+# only has to be complete and its median window above 0. Each rollout worker reports its step counts once a second
+# (IntervalStats), so a window shorter than that can see no report: with 0.5 s windows one window in three was 0 in
+# each of three runs; with 1 s windows and the 2 cores loaded 8-15x by other jobs, none of the 21 windows of seven
+# runs was (lowest 294 env steps/s; medians 938-6514, e.g. [939, 654, 3713] and [2070, 1030, 294]).
+SAMPLER_SECONDS = "3"
+
+
 def test_cli_null_sampler_prints_one_json_record() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "asyncrl.cli.bench", "--env", "null", "--mode", "sampler", "--seconds", "6",
+        [sys.executable, "-m", "asyncrl.cli.bench", "--env", "null", "--mode", "sampler", "--seconds", SAMPLER_SECONDS,
          "--workers", "2", "--envs-per-worker", "8"],
         capture_output=True, text=True, timeout=120,
     )

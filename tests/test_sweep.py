@@ -23,7 +23,8 @@ def sweep_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complete
 
 def sweep_in_process(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch,
                      capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
-    """`asyncrl-sweep ARGS` run from `cwd` as its main() in this process (for what starts no run)."""
+    """`asyncrl-sweep ARGS` run from `cwd` as its main() in this process (for what trains nothing: its runs, if
+    any, are still asyncrl-train subprocesses)."""
     monkeypatch.chdir(cwd)
     capsys.readouterr()
     code = sweep_command.main(list(args))
@@ -81,10 +82,12 @@ def test_bad_file_is_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert result.stderr.startswith("asyncrl-sweep: error: base: 'seed' is set by the sweep")
 
 
-def test_failing_runs_are_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
+def test_failing_runs_are_reported_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The sweep's main() here; its two runs are asyncrl-train processes of their own, refused at validation."""
     (tmp_path / "s.json").write_text(json.dumps({"base": {"env": "CartPole-v1", "frames": 1000},
                                                  "grid": {"epochs": [0, -1]}, "group": "bad"}))
-    result = sweep_cli("s.json", cwd=tmp_path)
+    result = sweep_in_process("s.json", cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert result.returncode == 1
     failed = [line for line in result.stdout.splitlines() if "FAILED" in line]
     assert len(failed) == 2 and "--epochs must be at least 1" in failed[0]
