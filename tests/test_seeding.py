@@ -93,7 +93,9 @@ def differences(x: Any, y: Any, where: str = "") -> list[str]:
 def test_deterministic_runs_repeat_exactly(tmp_path: Path) -> None:
     flags = ["--env", "CartPole-v1", "--deterministic", "--seed", "3", "--frames", "20000"]
     for name in ("one", "two"):
-        result = run_cli([*flags, "--experiment", name], tmp_path, timeout=300)
+        # Fresh interpreters: forks of one warm interpreter would share its hash seed and library RNG states,
+        # which could hide a run that depends on them.
+        result = run_cli([*flags, "--experiment", name], tmp_path, timeout=300, fresh=True)
         assert result.returncode == 0, result.stderr
     one, two = learning_records(tmp_path, "one"), learning_records(tmp_path, "two")
     assert one == two
