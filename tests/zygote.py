@@ -107,7 +107,12 @@ def become(request: dict) -> int:
 SITE_PATH = _site_path()
 
 if __name__ == "__main__":
+    import setproctitle
     import torch  # noqa: F401 - the point of this process: imported once, no operation run
+
+    # setproctitle finds the memory of argv and environ at its first call; set up here, before a fork replaces
+    # os.environ (after which the workers' titles, asyncrl-learner etc., would not show).
+    setproctitle.getproctitle()
 
     for name in TOOLS:
         importlib.import_module(f"asyncrl.cli.{name}")
