@@ -6,8 +6,6 @@ import hashlib
 import io
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from tests import launcher
 from tests.conftest import run_cli
 
 SMALL = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",
@@ -92,8 +91,8 @@ def test_enjoy_refuses_a_checkpoint_that_would_run_code(trained_run: Path, tmp_p
     marker = tmp_path / "marker"
     planted = plant(trained_run, marker)
     try:
-        result = subprocess.run([sys.executable, "-m", "asyncrl.cli.enjoy", str(trained_run), "--episodes", "1"],
-                                capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": "."})
+        result = launcher.run("enjoy", [str(trained_run), "--episodes", "1"], timeout=120,
+                              env={**os.environ, "PYTHONPATH": "."})
     finally:
         for f in (planted, Path(f"{planted}.sha256")):
             f.unlink(missing_ok=True)
@@ -101,6 +100,5 @@ def test_enjoy_refuses_a_checkpoint_that_would_run_code(trained_run: Path, tmp_p
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "refused to load" in result.stderr, result.stderr
     # The run's own checkpoints still play.
-    ok = subprocess.run([sys.executable, "-m", "asyncrl.cli.enjoy", str(trained_run), "--episodes", "1",
-                         "--max-steps", "50"], capture_output=True, text=True, timeout=120)
+    ok = launcher.run("enjoy", [str(trained_run), "--episodes", "1", "--max-steps", "50"], timeout=120)
     assert ok.returncode == 0, ok.stderr
