@@ -22,7 +22,7 @@ from asyncrl.envs.multi_agent import MultiAgentVecEnv
 from asyncrl.envs.registry import make_env_spec, make_vec_env
 from asyncrl.runtime.plumbing.trajectories import NO_FINAL
 from tests.conftest import collect_rollout_slots, run_cli
-from tests.multi_agent_envs import agent_length
+from tests.multi_agent_envs import MatchEnv, agent_length
 
 AGENTS, INSTANCES, ROLLOUT = 3, 2, 12
 COLUMNS = AGENTS * INSTANCES
@@ -143,16 +143,33 @@ def test_bad_multi_agent_settings_stop_in_one_line(flags: list[str], message: st
     assert not list(tmp_path.rglob("*")), "bad input must leave nothing written"
 
 
+def _random_play_return(episodes: int = 300) -> float:
+    """The mean per-agent return of uniformly random answers in `MatchEnv` (about 1 of 8: each agent hits its cue
+    1 time in 8, and a hit pays 1/3 to each of the 3 agents). Any policy that ignores the cue scores the same in
+    expectation, since the cues are drawn at random."""
+    env, rng, total = MatchEnv(), np.random.default_rng(1), 0.0
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        while env.agents:
+            _, rewards, *_ = env.step({a: int(rng.integers(MatchEnv.CUES)) for a in env.agents})
+            total += sum(rewards.values())
+    return total / (episodes * len(env.possible_agents))
+
+
 def test_a_shared_policy_learns_a_cooperative_task(tmp_path: Path) -> None:
-    """Three agents, one policy: each must answer its own cue (random play scores 1 of 8 per agent)."""
+    """Three agents, one policy: each must answer its own cue (random play scores 1 of 8 per agent).
+
+    Learning is shown against chance measured here, not by the run's first record: on a quiet machine the policy
+    had already learned within the first 1 s report interval (first record 4.42, then 7.92)."""
+    chance = _random_play_return()
+    assert chance < 1.5, chance  # the bar of 7.0 is far out of random play's reach
     proc = run_cli(["--env", "tests.multi_agent_envs:match", "--workers", "2", "--envs-per-worker", "6",
                     "--rollout", "8", "--batch-size", "96", "--minibatches", "1", "--frames", "9000",
-                    "--lr", "0.003", "--report-interval", "1", "--experiment", "match"], tmp_path)
+                    "--lr", "0.003", "--report-interval", "1", "--experiment", "match"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     returns = [r["episode_return_mean"] for r in read_metrics(tmp_path / "match")
                if r.get("episode_return_mean") is not None]
-    assert returns and returns[0] < 4.0, returns[:3]
-    assert max(returns) >= 7.0, returns
+    assert returns and max(returns) >= 7.0, (chance, returns)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pettingzoo") is None, reason="the multiagent extra is not installed")
@@ -160,7 +177,7 @@ def test_a_pettingzoo_parallel_env_trains(tmp_path: Path) -> None:
     """Knights, Archers, Zombies: four agents, killed ones masked until the game ends."""
     proc = run_cli(["--env", "pettingzoo:butterfly.knights_archers_zombies_v11", "--workers", "1",
                     "--envs-per-worker", "8", "--worker-splits", "2", "--rollout", "16", "--batch-size", "128",
-                    "--frames", "1600", "--report-interval", "1", "--experiment", "kaz"], tmp_path)
+                    "--frames", "1600", "--report-interval", "1", "--experiment", "kaz"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = read_metrics(tmp_path / "kaz")
     assert records and records[-1]["env_steps"] >= 1600
