@@ -15,13 +15,17 @@ import pytest
 import torch
 
 import asyncrl
+from asyncrl.cli.export import main as export_main
 from asyncrl.diagnostics.metrics import read_metrics
 from tests.hook_envs import MaskedChoice
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
          "--device", "cpu"]
-FRAMES = 10_000  # a run's mean return went from 11 (random among the allowed: 10) to 19.3 by 10.5k env steps
+# A run's mean return went from 11 (random among the allowed: 10) to 19.3 by 10.5k env steps. Three 5k-step runs on
+# a machine loaded about 10x: first records 9.5-11.5, last 16.8-17.7; entropy at most 0.689 (log 2: 0.693), no
+# violation, every episode 20 steps.
+FRAMES = 5_000
 
 
 def _env() -> dict[str, str]:
@@ -72,15 +76,12 @@ def _play(act, steps: int = 300) -> int:
     return forbidden
 
 
-def test_load_policy_and_exports_respect_the_mask(masked_run: str, tmp_path) -> None:
+def test_load_policy_and_exports_respect_the_mask(masked_run: str, tmp_path, capsys) -> None:
     greedy = asyncrl.load_policy(masked_run)
     sampled = asyncrl.load_policy(masked_run, sample=True)
     assert _play(lambda o: greedy(o)[0]) == 0 and _play(lambda o: sampled(o)[0]) == 0
-    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-export")
-    for fmt, name in (("torchscript", "policy.pt"), ("onnx", "policy.onnx")):
-        done = subprocess.run([script, masked_run, "--format", fmt, "--out", str(tmp_path / name)],
-                              capture_output=True, text=True, timeout=300, env=_env())
-        assert done.returncode == 0, done.stderr[-2000:]
+    for fmt, name in (("torchscript", "policy.pt"), ("onnx", "policy.onnx")):  # asyncrl-export, in this process
+        assert export_main([masked_run, "--format", fmt, "--out", str(tmp_path / name)]) == 0, capsys.readouterr().err
     scripted = torch.jit.load(str(tmp_path / "policy.pt"))
 
     def torchscript(o: dict) -> int:
