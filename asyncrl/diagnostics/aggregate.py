@@ -102,6 +102,7 @@ class Totals:
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
     stage_window: deque = field(default_factory=deque)  # (time, stage-time tallies) of recent intervals
+    learner_shares: dict[str, float | None] = field(default_factory=dict)  # the newest window's with learner timings
     policies: list[PolicyTotals] = field(default_factory=list)  # --num-policies > 1: one entry per policy
 
     def add_rollout(self, payload: Mapping[str, Any]) -> None:
@@ -150,7 +151,11 @@ class Totals:
         The shares cover the newest intervals that span at least `STAGE_WINDOW_S` seconds (two intervals at the
         default 5 s report interval), not just the newest one: a stage reports its time when it ends, so an
         update or a wait longer than the report interval would otherwise leave one interval with no learner
-        timings and the next with a share above 100%.
+        timings and the next with a share above 100%. The learner reports when an update ends, so an update longer
+        than the window (a big model, or a learner that gets a fraction of a core on a busy machine) leaves the
+        window with no learner timings: its shares are then those of the newest window that had some (the learner
+        is still in the update it was in, or still waiting as it was), not None, which would leave the verdict to
+        the rollout and policy workers' shares alone and misread a training-bound run.
         """
         now = time.monotonic() if now is None else now
         tally = {f"rollout_{k}": v for k, v in self.rollout_time.items()}
@@ -174,9 +179,11 @@ class Totals:
         out["inference_batch_mean"] = samples / batches if batches else None
         self.policy_batches = [0, 0]
         learner_total = sum(window[f"learner_t_{stage}"] for stage in ("wait", "copy", "train"))
-        for stage in ("wait", "copy", "train"):
-            value = window[f"learner_t_{stage}"]
-            out[f"learner_{stage}_frac"] = value / learner_total if learner_total > 0 else None
+        if learner_total > 0:
+            self.learner_shares = {f"learner_{stage}_frac": window[f"learner_t_{stage}"] / learner_total
+                                   for stage in ("wait", "copy", "train")}
+        for stage in ("wait", "copy", "train"):  # None until the first update has reported
+            out[f"learner_{stage}_frac"] = self.learner_shares.get(f"learner_{stage}_frac")
         return out
 
     def info_record(self) -> dict[str, float]:
