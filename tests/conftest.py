@@ -82,15 +82,16 @@ class TrainRun:
         return self.proc.wait(timeout=timeout)
 
 
-def start_train(args: list[str], train_dir: Path, experiment: str = "run") -> TrainRun:
+def start_train(args: list[str], train_dir: Path, experiment: str = "run", fresh: bool = False) -> TrainRun:
     """Start `asyncrl-train ARGS` in its own session (so Ctrl-C can go to its whole process group), a fork of the
-    warm interpreter (`tests/launcher.py`)."""
+    warm interpreter (`tests/launcher.py`), or with `fresh` the installed script (a run whose start-up time or
+    memory the test reports)."""
     train_dir.parent.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix=f"logs-{experiment}-", dir=train_dir.parent))
     out, err = logs / "stdout.txt", logs / "stderr.txt"
     started = time.monotonic()
     argv = [*args, "--train-dir", str(train_dir), "--experiment", experiment]
-    if FRESH:
+    if fresh or FRESH:
         with open(out, "wb") as fo, open(err, "wb") as fe:
             proc = subprocess.Popen([*train_command(), *argv], stdout=fo, stderr=fe, start_new_session=True)
     else:

@@ -56,7 +56,7 @@ def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: 
     # 23-24 s of user CPU for the test, where the 32 workers' start-up alone is 16 s of it).
     run = start_train(["--env", "atari_pong", "--workers", "32", "--envs-per-worker", "2", "--batch-size", "256",
                        "--seconds", "300", "--report-interval", "1", "--max-policy-lag", str(MAX_POLICY_LAG)],
-                      tmp_path / "train", "pong32")
+                      tmp_path / "train", "pong32", fresh=True)  # the script itself: its start-up and RSS are printed
     reap.append(run)
     runner = psutil.Process(run.pid)
 
