@@ -261,6 +261,14 @@ SMALL = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "4", "--
          "--report-interval", "1", "--device", "cpu", "--rnn-size", "32"]
 
 
+# Budgets in env steps (were 3000, and 1500 then 2500). The checks need >= 5 policy versions (batches of 128), a
+# checkpoint and, for --rnn gru, an evaluation record (the final weights are always evaluated at --frames). Measured
+# at these budgets under a load of about 10x: --rnn gru 13 versions and its evaluation record, --rnn lstm 12, the
+# user encoder 8-9 then 12-13 after the resume, SignMatch 11-12 (five runs each of the last two, two of the others).
+FRAMES = 1500
+USER_FRAMES = (1000, 1500)  # the user-encoder run, then its resume
+
+
 def _train(train_dir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
     return subprocess.run([*train_command(), *SMALL, *args, "--train-dir", str(train_dir)], capture_output=True,
@@ -282,7 +290,7 @@ def _finite_training(run_dir: Path) -> list[dict]:
 def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(tmp_path: Path, rnn: str,
                                                                                 capsys) -> None:
     extra = ["--eval-every", "1000", "--eval-episodes", "2"] if rnn == "gru" else []  # the evaluator carries state
-    proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", "3000", "--experiment", rnn, *extra)
+    proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", str(FRAMES), "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "train" / rnn
     records = _finite_training(run_dir)
@@ -334,10 +342,10 @@ def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(
 
 def test_a_user_encoder_trains_through_asyncrl_train_and_resumes(tmp_path: Path) -> None:
     args = ["--encoder", "recurrent_models:small_encoder", "--rnn", "gru", "--experiment", "user"]
-    proc = _train(tmp_path, *args, "--frames", "1500")
+    proc = _train(tmp_path, *args, "--frames", str(USER_FRAMES[0]))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = _finite_training(tmp_path / "user")
-    resumed = _train(tmp_path, *args, "--frames", "2500", "--resume")
+    resumed = _train(tmp_path, *args, "--frames", str(USER_FRAMES[1]), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _finite_training(tmp_path / "user")[-1]["policy_version"] > first[-1]["policy_version"]
     refused = _train(tmp_path, "--experiment", "user", "--frames", "6000", "--resume", "--rnn", "lstm")
@@ -349,11 +357,11 @@ def test_a_recurrent_policy_on_dict_observations_trains_loads_and_exports(tmp_pa
     """SignMatch: a channels-last image and a vector per step, 8-step episodes cut by a time limit (the
     bootstrapped final observations are valued from the core's state)."""
     monkeypatch.syspath_prepend(str(Path(TESTS).parent))
-    proc = subprocess.run([*train_command(), "--env", "tests.custom_env:SignMatch", "--frames", "3000", "--workers",
-                           "2", "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128", "--epochs", "2",
-                           "--minibatches", "2", "--rnn", "gru", "--rnn-size", "32", "--report-interval", "1",
-                           "--device", "cpu", "--train-dir", str(tmp_path), "--experiment", "sign"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([*train_command(), "--env", "tests.custom_env:SignMatch", "--frames", str(FRAMES),
+                           "--workers", "2", "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128",
+                           "--epochs", "2", "--minibatches", "2", "--rnn", "gru", "--rnn-size", "32",
+                           "--report-interval", "1", "--device", "cpu", "--train-dir", str(tmp_path),
+                           "--experiment", "sign"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "sign"
     _finite_training(run_dir)
