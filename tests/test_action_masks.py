@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +16,7 @@ import torch
 import asyncrl
 from asyncrl.cli.export import main as export_main
 from asyncrl.diagnostics.metrics import read_metrics
+from tests import launcher
 from tests.hook_envs import MaskedChoice
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -34,9 +34,8 @@ def _env() -> dict[str, str]:
 
 
 def train(train_dir, *args: str) -> subprocess.CompletedProcess:
-    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-train")
-    return subprocess.run([script, "--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args],
-                          capture_output=True, text=True, timeout=300, env=_env())
+    return launcher.run("train", ["--train-dir", str(train_dir), "--experiment", "run", *SMALL, *args], timeout=300,
+                        env=_env())
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from asyncrl.diagnostics.metrics import read_metrics
+from tests import launcher
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = ["--workers", "2", "--envs-per-worker", "4", "--batch-size", "256", "--report-interval", "1",
@@ -28,7 +29,7 @@ def command(name: str) -> list[str]:
 
 def run_cli(name: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([*command(name), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return launcher.run(name, list(args), timeout=timeout, env=env)
 
 
 def train(train_dir, env: str, *args: str, seconds: float | None = 8) -> tuple[subprocess.CompletedProcess, str]:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import launcher
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--env", "memory_envs:make_cue", "--rollout", "8", "--report-interval", "1", "--device", "cpu"]
 CHANCE = 0.5  # a right answer pays 1, a wrong one 0; without the cue, a policy answers at random
@@ -29,9 +31,8 @@ FEED_FORWARD_FRAMES = 20_000
 
 def train(train_dir: Path, name: str, *args: str) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-train")
-    proc = subprocess.run([script, *COMMON, "--train-dir", str(train_dir), "--experiment", name, *args],
-                          capture_output=True, text=True, timeout=400, env=env)
+    proc = launcher.run("train", [*COMMON, "--train-dir", str(train_dir), "--experiment", name, *args], timeout=400,
+                        env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = (train_dir / name / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("episode_return_mean") is not None]

@@ -32,7 +32,8 @@ from asyncrl.policy import RecurrentPolicy, load_policy
 from asyncrl.runtime.plumbing.trajectories import num_slots, trajectory_bytes, trajectory_layout
 from asyncrl.runtime.roles import runner
 from asyncrl.runtime.store.run_meta import check_resume, write_meta
-from tests.conftest import read_metrics, train_command
+from tests import launcher
+from tests.conftest import read_metrics
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 F32 = np.dtype(np.float32)
@@ -84,8 +85,8 @@ def test_an_encoder_that_does_not_fit_the_env_is_refused_before_anything_is_writ
     """Checked once the env is known; a user's module is built on a dummy batch, in a child that may import torch
     (the runner stays torch-free)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([*train_command(), "--env", "CartPole-v1", "--encoder", encoder, "--train-dir",
-                           str(tmp_path), "--experiment", "x"], capture_output=True, text=True, timeout=120, env=env)
+    proc = launcher.run("train", ["--env", "CartPole-v1", "--encoder", encoder, "--train-dir", str(tmp_path),
+                                  "--experiment", "x"], timeout=120, env=env)
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and message in err[0], proc.stderr
     assert not (tmp_path / "x").exists()
@@ -271,8 +272,7 @@ USER_FRAMES = (1000, 1500)  # the user-encoder run, then its resume
 
 def _train(train_dir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([*train_command(), *SMALL, *args, "--train-dir", str(train_dir)], capture_output=True,
-                          text=True, timeout=300, env=env)
+    return launcher.run("train", [*SMALL, *args, "--train-dir", str(train_dir)], timeout=300, env=env)
 
 
 def _finite_training(run_dir: Path) -> list[dict]:
@@ -345,7 +345,10 @@ def test_a_user_encoder_trains_through_asyncrl_train_and_resumes(tmp_path: Path)
     proc = _train(tmp_path, *args, "--frames", str(USER_FRAMES[0]))
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = _finite_training(tmp_path / "user")
-    resumed = _train(tmp_path, *args, "--frames", str(USER_FRAMES[1]), "--resume")
+    # The first run stops past its budget by however far the workers got while it stopped (further on a quiet
+    # machine), so the resumed budget counts from where it ended.
+    budget = max(USER_FRAMES[1], read_metrics(tmp_path / "user")[-1]["env_steps"] + USER_FRAMES[1] - USER_FRAMES[0])
+    resumed = _train(tmp_path, *args, "--frames", str(budget), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _finite_training(tmp_path / "user")[-1]["policy_version"] > first[-1]["policy_version"]
     refused = _train(tmp_path, "--experiment", "user", "--frames", "6000", "--resume", "--rnn", "lstm")
@@ -357,11 +360,11 @@ def test_a_recurrent_policy_on_dict_observations_trains_loads_and_exports(tmp_pa
     """SignMatch: a channels-last image and a vector per step, 8-step episodes cut by a time limit (the
     bootstrapped final observations are valued from the core's state)."""
     monkeypatch.syspath_prepend(str(Path(TESTS).parent))
-    proc = subprocess.run([*train_command(), "--env", "tests.custom_env:SignMatch", "--frames", str(FRAMES),
-                           "--workers", "2", "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128",
-                           "--epochs", "2", "--minibatches", "2", "--rnn", "gru", "--rnn-size", "32",
-                           "--report-interval", "1", "--device", "cpu", "--train-dir", str(tmp_path),
-                           "--experiment", "sign"], capture_output=True, text=True, timeout=300)
+    proc = launcher.run("train", ["--env", "tests.custom_env:SignMatch", "--frames", str(FRAMES), "--workers", "2",
+                                  "--envs-per-worker", "8", "--rollout", "8", "--batch-size", "128", "--epochs", "2",
+                                  "--minibatches", "2", "--rnn", "gru", "--rnn-size", "32", "--report-interval", "1",
+                                  "--device", "cpu", "--train-dir", str(tmp_path), "--experiment", "sign"],
+                        timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "sign"
     _finite_training(run_dir)

@@ -19,6 +19,7 @@ from asyncrl.cli.export import main as export_main
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.tuple_actions import TupleDistribution
+from tests import launcher
 from tests.hook_envs import TupleTarget
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -59,10 +60,9 @@ def test_log_probs_and_entropy_are_the_parts_sums() -> None:
 @pytest.fixture(scope="module")
 def tuple_run(tmp_path_factory) -> str:
     train_dir = tmp_path_factory.mktemp("tuple")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "asyncrl-train"), "--env",
-                           "hook_envs:make_tuple_target", "--train-dir", str(train_dir), "--experiment", "run",
-                           "--frames", str(FRAMES), "--lr", LR, *SMALL], capture_output=True, text=True, timeout=600,
-                          env=_env())
+    proc = launcher.run("train", ["--env", "hook_envs:make_tuple_target", "--train-dir", str(train_dir),
+                                  "--experiment", "run", "--frames", str(FRAMES), "--lr", LR, *SMALL], timeout=600,
+                        env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return os.path.join(train_dir, "run")
 
