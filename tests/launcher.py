@@ -85,6 +85,8 @@ class Zygote:
 
     def start(self, tool: str, args: list[str], stdout: Path, stderr: Path, cwd: str | Path | None,
               env: dict[str, str] | None, new_session: bool) -> Launched:
+        for path in (stdout, stderr):  # there from the start, as with Popen's files (the child appends)
+            open(path, "ab").close()
         request_id = next(self._ids)
         request = {"id": request_id, "tool": tool, "args": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
                    "env": dict(os.environ if env is None else env), "stdout": str(stdout), "stderr": str(stderr),
@@ -123,7 +125,8 @@ def _the_zygote() -> Zygote:
 
 def popen(tool: str, args: list[str], stdout: Path, stderr: Path, cwd: str | Path | None = None,
           env: dict[str, str] | None = None, start_new_session: bool = False) -> Launched:
-    """Start `asyncrl-<tool> ARGS` with its output appended to the files `stdout` and `stderr`."""
+    """Start `asyncrl-<tool> ARGS` (or, for a dotted `tool`, `python -m tool ARGS`) with its output appended to the
+    files `stdout` and `stderr`."""
     return _the_zygote().start(tool, args, stdout, stderr, cwd, env, start_new_session)
 
 

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from faster_fifo import Empty, Queue
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.recovery.supervisor import clean_stale_shm
 from asyncrl.runtime.store.checkpoint import list_checkpoints
+from tests import launcher
 
 REPO = Path(__file__).resolve().parents[1]
 SHM = Path("/dev/shm")
@@ -42,7 +42,7 @@ CARTPOLE = ["--env", "CartPole-v1", *SMALL]
 class Run:
     """One `asyncrl-train` in its own session; stdout and stderr go to files."""
 
-    proc: subprocess.Popen[bytes]
+    proc: launcher.Launched
     run_dir: Path
     out_path: Path
     err_path: Path
@@ -125,10 +125,9 @@ def runs(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         logs.mkdir()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
                "ASYNCRL_FAULT_DIR": str(fault_dir), "ASYNCRL_FAULT": fault}
-        cmd = [sys.executable, "-m", "tests.faults", *args, "--train-dir", str(tmp_path / "train"),
-               "--experiment", experiment]
-        with open(logs / "out", "wb") as out, open(logs / "err", "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO, env=env, start_new_session=True)
+        argv = [*args, "--train-dir", str(tmp_path / "train"), "--experiment", experiment]
+        proc = launcher.popen("tests.faults", argv, logs / "out", logs / "err", cwd=REPO, env=env,
+                              start_new_session=True)
         run = Run(proc, tmp_path / "train" / experiment, logs / "out", logs / "err", {proc.pid})
         started.append(run)
         return run

@@ -4,7 +4,8 @@ A fresh `asyncrl-train` spends about 2.3 s of CPU importing torch and asyncrl be
 suite starts about a hundred of them. This process imports both once, without running a torch operation (so a
 fork of it is as safe as the runner's own forks, `asyncrl.launch.check_can_fork`), then reads one JSON request a
 line on stdin: `{"id", "tool", "args", "cwd", "env", "stdout", "stderr", "new_session"}`. For each it forks a
-child that becomes the command (`asyncrl.cli.<tool>.main()` with that argv, working directory, environment,
+child that becomes the command (`asyncrl.cli.<tool>.main()` with that argv, or for a dotted tool such as
+`tests.faults` that module's `main(args)` as `python -m` would run it, working directory, environment,
 sys.path and output files, the signal dispositions of a fresh interpreter) and exits through the interpreter's
 normal exit path, as the console script does. It answers `{"id", "pid"}` at once and `{"exit": pid, "code"}`
 when a child ends (the code as subprocess reports it: negative for a signal). It exits when stdin closes.
@@ -99,8 +100,13 @@ def become(request: dict) -> int:
     os.environ.update(request["env"])
     own = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [BIN_DIR, *own, *SITE_PATH]
-    tool = request["tool"]
-    sys.argv = [os.path.join(BIN_DIR, f"asyncrl-{tool}"), *request["args"]]
+    tool, args = request["tool"], request["args"]
+    if "." in tool:  # a module run as `python -m MODULE ARGS`: sys.path[0] is the working directory
+        sys.path[0] = os.getcwd()
+        module = importlib.import_module(tool)
+        sys.argv = [module.__file__, *args]
+        return module.main(args)
+    sys.argv = [os.path.join(BIN_DIR, f"asyncrl-{tool}"), *args]
     return importlib.import_module(f"asyncrl.cli.{tool}").main()
 
 
