@@ -5,7 +5,9 @@
   run directories (a second seed in the same directory is refused).
 * Every other console script's command is parsed by that tool's own parser; a script's flags must be in its `--help`.
 * The recipes a newcomer runs first (README's first run with its plot, video and exports, the custom env, SAC,
-  the sweep file) run end to end from `.venv/bin`, with `--frames` cut to a few hundred steps.
+  the sweep file) run end to end, with `--frames` cut to a few hundred steps: each `asyncrl-*` command is its
+  console script's main() with the doc's arguments, a fork of the tests' warm interpreter (tests/launcher.py);
+  the installed scripts themselves are run by tests/test_packaging.py and tests/test_video.py.
 * A command nothing can run here is in SKIPS with its reason; a command that matches no rule fails the test.
 """
 
@@ -23,6 +25,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -301,8 +305,13 @@ def venv_bin(name: str) -> str:
 
 
 def run(words: list[str], cwd: Path, timeout: float = 120) -> str:
-    exe = sys.executable if words[0] == "python" else venv_bin(words[0])
-    result = subprocess.run([exe, *words[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """Run a doc command in `cwd`: an `asyncrl-*` command as its console script would (its main() with those
+    arguments, a fork of the tests' warm interpreter: tests/launcher.py), anything else from .venv/bin."""
+    if words[0].startswith("asyncrl-") and words[0].removeprefix("asyncrl-") in TOOLS.values():
+        result = launcher.run(words[0].removeprefix("asyncrl-"), list(words[1:]), cwd=cwd, timeout=timeout)
+    else:
+        exe = sys.executable if words[0] == "python" else venv_bin(words[0])
+        result = subprocess.run([exe, *words[1:]], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{shlex.join(words)} -> {result.returncode}\n{result.stderr[-2000:]}"
     return result.stdout
 
