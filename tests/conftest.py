@@ -35,7 +35,7 @@ def train_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "asyncrl.cli.train"]
 
 
-def run_cli(args: list[str], train_dir: Path, timeout: float = 60.0,
+def run_cli(args: list[str], train_dir: Path, timeout: float = 180.0,
             fresh: bool = False) -> subprocess.CompletedProcess[str]:
     """Run `asyncrl-train ARGS --train-dir TRAIN_DIR` to completion and capture its output: a fork of the warm
     interpreter (`tests/launcher.py`), or with `fresh` the installed script in a new interpreter (for runs that
