@@ -66,8 +66,11 @@ def test_each_policy_has_its_own_weights_and_learns_alone(tmp_path: Path, capsys
     assert 0 <= mean <= 4, out
     # The population resumes: every policy's version goes on from where it stopped.
     versions = [last(records, f"policy_{p}/policy_version") for p in range(3)]
-    proc = run_cli([*MATCH, "--num-policies", "3", "--policy-settings", '[{}, {}, {"lr": 0}]', "--frames", "10000",
-                    "--experiment", "three", "--resume"], tmp_path, timeout=300)
+    # The first run stops past its 8k by however far the workers got while it stopped (further on a quiet machine:
+    # a fresh-clone run got past 10k), so the resumed budget counts from where it ended.
+    budget = max(10_000, records[-1]["env_steps"] + 2_000)
+    proc = run_cli([*MATCH, "--num-policies", "3", "--policy-settings", '[{}, {}, {"lr": 0}]', "--frames",
+                    str(budget), "--experiment", "three", "--resume"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = read_metrics(tmp_path / "three")[len(records):]
     assert all(last(resumed, f"policy_{p}/policy_version") > versions[p] for p in range(3)), versions
