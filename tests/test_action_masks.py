@@ -58,7 +58,28 @@ def test_the_learner_scores_with_the_mask(masked_run: str) -> None:
     # Two allowed actions of four: at most log 2 (0.69), where unmasked logits would give about log 4 (1.39).
     assert entropies and max(entropies) <= math.log(2) + 1e-3, entropies
     returns = [r["episode_return_mean"] for r in read_metrics(masked_run) if r.get("episode_return_mean")]
-    assert returns[-1] > returns[0]  # picking the higher allowed action is learned (random: 10 of 20)
+    # Picking the higher allowed action is learned: against chance measured here (a uniform pick among the allowed
+    # actions scores about 10 of 20), not the first record, which a quiet machine writes after learning
+    # (16.56 first and last in one fresh-clone run; runs end at 16.6-17.7).
+    chance = _random_allowed_return()
+    assert chance < 11.0, chance
+    assert returns[-1] >= chance + 4.0, (chance, returns)
+
+
+def _random_allowed_return(episodes: int = 200) -> float:
+    """The mean return of a uniform pick among the allowed actions of MaskedChoice."""
+    rng = np.random.default_rng(0)
+    env = MaskedChoice()
+    total = 0.0
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        done = False
+        while not done:
+            action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            obs, reward, done, truncated, _ = env.step(action)
+            total += reward
+            done = done or truncated
+    return total / episodes
 
 
 def _play(act, steps: int = 300) -> int:
