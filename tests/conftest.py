@@ -22,8 +22,6 @@ from asyncrl.diagnostics.metrics import read_metrics as read_run_metrics
 from tests import launcher
 
 SHM = Path("/dev/shm")
-# ASYNCRL_TESTS_FRESH=1: every command a new interpreter (the installed script), none a fork of the warm one.
-FRESH = os.environ.get("ASYNCRL_TESTS_FRESH") == "1"
 
 
 def train_command() -> list[str]:
@@ -41,10 +39,7 @@ def run_cli(args: list[str], train_dir: Path, timeout: float = 180.0,
     interpreter (`tests/launcher.py`), or with `fresh` the installed script in a new interpreter (for runs that
     must not share the warm interpreter's hash seed and library state, e.g. two runs compared for an exact
     repeat)."""
-    if fresh or FRESH:
-        return subprocess.run([*train_command(), *args, "--train-dir", str(train_dir)], capture_output=True,
-                              text=True, timeout=timeout)
-    return launcher.run("train", [*args, "--train-dir", str(train_dir)], timeout=timeout)
+    return launcher.run("train", [*args, "--train-dir", str(train_dir)], timeout=timeout, fresh=fresh)
 
 
 @dataclass
@@ -91,11 +86,7 @@ def start_train(args: list[str], train_dir: Path, experiment: str = "run", fresh
     out, err = logs / "stdout.txt", logs / "stderr.txt"
     started = time.monotonic()
     argv = [*args, "--train-dir", str(train_dir), "--experiment", experiment]
-    if fresh or FRESH:
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            proc = subprocess.Popen([*train_command(), *argv], stdout=fo, stderr=fe, start_new_session=True)
-    else:
-        proc = launcher.popen("train", argv, out, err, start_new_session=True)
+    proc = launcher.popen("train", argv, out, err, start_new_session=True, fresh=fresh)
     return TrainRun(proc, train_dir / experiment, out, err, started)
 
 

@@ -123,19 +123,37 @@ def _the_zygote() -> Zygote:
     return _zygote
 
 
+# ASYNCRL_TESTS_FRESH=1: every command a new interpreter (the installed script), none a fork of the warm one.
+FRESH = os.environ.get("ASYNCRL_TESTS_FRESH") == "1"
+
+
+def script(tool: str) -> list[str]:
+    """The command line a fresh interpreter runs for `tool`: the installed console script, or `python -m`."""
+    if "." in tool:
+        return [sys.executable, "-m", tool]
+    installed = Path(sys.executable).with_name(f"asyncrl-{tool}")
+    return [str(installed)] if installed.exists() else [sys.executable, "-m", f"asyncrl.cli.{tool}"]
+
+
 def popen(tool: str, args: list[str], stdout: Path, stderr: Path, cwd: str | Path | None = None,
-          env: dict[str, str] | None = None, start_new_session: bool = False) -> Launched:
+          env: dict[str, str] | None = None, start_new_session: bool = False,
+          fresh: bool = False) -> Launched | subprocess.Popen[bytes]:
     """Start `asyncrl-<tool> ARGS` (or, for a dotted `tool`, `python -m tool ARGS`) with its output appended to the
-    files `stdout` and `stderr`."""
+    files `stdout` and `stderr`: a fork of the warm interpreter, or with `fresh` (or ASYNCRL_TESTS_FRESH=1) the
+    command itself in a new interpreter."""
+    if fresh or FRESH:
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            return subprocess.Popen([*script(tool), *map(str, args)], stdout=out, stderr=err, cwd=cwd, env=env,
+                                    start_new_session=start_new_session)
     return _the_zygote().start(tool, args, stdout, stderr, cwd, env, start_new_session)
 
 
 def run(tool: str, args: list[str], cwd: str | Path | None = None, env: dict[str, str] | None = None,
-        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        timeout: float | None = None, fresh: bool = False) -> subprocess.CompletedProcess[str]:
     """`asyncrl-<tool> ARGS` to completion, its output captured as text (as `subprocess.run` would)."""
     with tempfile.TemporaryDirectory(prefix="launch-") as logs:
         out, err = Path(logs, "stdout"), Path(logs, "stderr")
-        proc = popen(tool, args, out, err, cwd, env)
+        proc = popen(tool, args, out, err, cwd, env, fresh=fresh)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -102,7 +102,7 @@ class Totals:
     policy_batches: list[int] = field(default_factory=lambda: [0, 0])  # batches, samples in the interval
     policy_version: int = 0
     stage_window: deque = field(default_factory=deque)  # (time, stage-time tallies) of recent intervals
-    learner_shares: dict[str, float | None] = field(default_factory=dict)  # the newest window's with learner timings
+    learner_shares: dict[str, float] = field(default_factory=dict)  # the newest window's with learner timings
     policies: list[PolicyTotals] = field(default_factory=list)  # --num-policies > 1: one entry per policy
 
     def add_rollout(self, payload: Mapping[str, Any]) -> None:

@@ -422,6 +422,7 @@ class Runner:
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
             ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state()))
+        saved_before = self.supervisor.last_saved
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         for name, proc in self.procs.items():
             if name != "learner":
@@ -434,7 +435,8 @@ class Runner:
                 proc.join(timeout=2)
         # The final save's report; a later fatal report (e.g. every rollout worker's envs broke) adds nothing.
         self._drain_reports(skip_fatal=True)
-        if busy and self.supervisor.save_failed is None:  # killed before it could save: never a silent exit 0
+        if busy and self.supervisor.last_saved is saved_before and self.supervisor.save_failed is None:
+            # killed before it could save its final checkpoint: never a silent exit 0
             self.supervisor.save_failed = (f"the learner was still in its update {self.cfg.hang_timeout:g} s after "
                                            f"its last heartbeat and was killed")
 
