@@ -1,0 +1,263 @@
+"""Every command of README.md and docs/*.md runs as written, in its doc's order, with a tiny budget.
+
+The docs run one after another (README first) in one directory, as in a checkout: it holds the files that code
+blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/` and `tests/`. So a
+recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
+
+* `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET and `--seconds` dropped (the off-policy
+  algorithms get their own budgets); the run must exit 0 and save a checkpoint of a trained policy (version >= 1).
+  Placeholders are filled in as tests/doc_commands.py says; a command with seed S runs for S = 0, 1 and 2. A
+  command that writes where an earlier one did (README's list of alternatives) first moves that run aside.
+* A command whose settings equal an earlier one's but for NOT_SHAPE (budget, seed, names, where metrics go) is not
+  trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
+  The settings compared are the resolved configuration (as `--print-config` shows it).
+* The other console scripts and `python scripts/...`: as written, made shorter by SHORTER (enjoy plays one short
+  episode, compare cuts at the budget, the throughput tools measure a fraction of a second); the files named by
+  `--out` / `--video` must exist afterwards.
+* A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import launcher
+from tests.doc_commands import COMMANDS, DOCS, FENCE, ROOT, TOOLS, DocCommand, fill, kind, train_argv
+
+BUDGET = "600"  # --frames of every training run: each stops after its first update
+# enough for each of the preset's envs to end an episode that a later curve or comparison reads (on a quiet machine
+# the first update's overshoot does it; under load it may not): PPO on Pendulum has 16 envs of 200 steps
+EPISODE_BUDGET = {"Pendulum-v1": "3600"}
+# --algo sac|td3|redq: a few updates after a warm-up long enough for each of the preset's Pendulum envs (8 for SAC and
+# TD3, 2 for REDQ) to end its first 200-step episode (results.md's windowed returns need them); REDQ at 1 update
+# per step, not its 20
+OFF_POLICY_BUDGET = {"--frames": "1700", "--learning-starts": "1600"}
+REDQ_BUDGET = {"--frames": "450", "--learning-starts": "400", "--utd": "1"}
+RUN_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # tools.md's --wandb lines: nothing leaves the machine
+# what a run's shape does not depend on: two commands that differ only here train the same thing
+NOT_SHAPE = ("frames", "seconds", "seed", "experiment", "train_dir", "run_dir", "resume",
+             "wandb_project", "wandb_group", "wandb_tags")
+
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def sf2_python(words: tuple[str, ...]) -> bool:
+    return "--sf2-python" in words and Path(words[words.index("--sf2-python") + 1]).exists()
+
+
+# (pattern in the command, why it does not run here, the condition under which it does run)
+NOT_HERE: list[tuple[str, str, object]] = [
+    (r"--device cuda", "needs a CUDA device", lambda words: cuda()),
+    (r"--nnodes 2", "two hosts on one network (docs/scaling.md); the one-host torchrun line runs", lambda _: False),
+    (r"--sf2-python", "needs Sample Factory 2 in its own venv (docs/performance.md says how)", sf2_python),
+    (r"lr_sweep/\*", "reads the sweep's six 50k-frame runs; the sweep's --dry-run line runs", lambda _: False),
+    (r"runs train_dir/pong_v3|asyncrl-compare (pong|doom_basic|doom_my_way_home|status_bar|HalfCheetah-v5) ",
+     "reads finished episodes: within the budget no env of these runs ends one (a Pong game lost 0-21 is about "
+     "800 agent steps, a HalfCheetah episode 1,000, a Doom episode up to 525)", lambda _: False),
+]
+# a console script's flags replaced (or added) so it finishes in seconds
+SHORTER: dict[str, dict[str, str]] = {
+    "enjoy": {"--episodes": "1", "--max-steps": "200"},
+    "bench": {"--seconds": "0.3", "--repeats": "3"},
+}
+DOOM_BENCH_SHORTER = {"--envs-per-worker": "2"}  # VizDoom engines start one by one (about 0.2 s of CPU each)
+REPLAY_BENCH_SHORTER = {"--replay-capacity": "65536", "--replay-fill-gib": "0.05"}  # not GiBs of buffer
+SCRIPT_SHORTER = {"scripts/bench_doom.py": {"--seconds": "0.3", "--windows": "1", "--envs": "2"},
+                  "scripts/windowed_returns.py": {"--window": "50"}}  # the runs' length, not 1,000 steps
+
+
+def not_here(command: DocCommand) -> str | None:
+    for pattern, reason, runs_when in NOT_HERE:
+        if re.search(pattern, command.text) and not runs_when(command.words):
+            return reason
+    return None
+
+
+def companion_files() -> dict[str, str]:
+    """Code blocks whose first line names a file (`# my_env.py`), by that name."""
+    files = {}
+    for path in DOCS:
+        for block in FENCE.finditer(path.read_text()):
+            body = textwrap.dedent(block.group(2))
+            named = re.match(r"# ([\w/.-]+\.(?:py|ya?ml|json))\b", body)
+            if named:
+                files[named.group(1)] = body
+    return files
+
+
+def replaced(words: list[str], values: dict[str, str], drop: tuple[str, ...] = ()) -> list[str]:
+    """`words` with each flag of `values` set to its value (added when absent) and the flags in `drop` removed."""
+    out, i = [], 0
+    while i < len(words):
+        if words[i] in values or words[i] in drop:
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out + [w for flag, value in values.items() for w in (flag, value)]
+
+
+def budgeted(argv: list[str]) -> list[str]:
+    if "--help" in argv:
+        return argv
+    algo = argv[argv.index("--algo") + 1] if "--algo" in argv else ""
+    env = argv[argv.index("--env") + 1] if "--env" in argv else ""
+    values = {"sac": OFF_POLICY_BUDGET, "td3": OFF_POLICY_BUDGET, "redq": REDQ_BUDGET}.get(
+        algo, {"--frames": EPISODE_BUDGET.get(env, BUDGET)})
+    return replaced(argv, values, drop=("--seconds",))
+
+
+def shape(argv: list[str], cwd: Path) -> tuple[str, Path]:
+    """(the run's settings but for NOT_SHAPE, as JSON; its run directory), resolved in `cwd` as the run would."""
+    from asyncrl.resolve import parse_command_line
+
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        cfg = parse_command_line(argv).config
+    finally:
+        os.chdir(before)
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SHAPE}
+    return json.dumps(settings, sort_keys=True, default=str), cwd / cfg.run_dir
+
+
+def venv_bin(name: str) -> str:
+    local = ROOT / ".venv" / "bin" / name
+    return str(local if local.exists() else Path(sys.executable).parent / name)
+
+
+class DocSession:
+    """One doc's working directory and the runs made so far (shared by all docs: the same shape trains once)."""
+
+    trained: dict[str, Path] = {}
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        for name, body in companion_files().items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_text(body)
+        for tree in ("scripts", "tests"):  # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
+            (work / tree).symlink_to(ROOT / tree)
+
+    def run(self, command: DocCommand, seed: int) -> None:
+        cwd = self.work
+        for step in command.steps[:-1]:
+            assert step[0] == "cd", f"{command.where}: only `cd DIR &&` may come before a command"
+            cwd = cwd / fill(list(step[1:]), seed)[0]
+        words = fill(list(command.words), seed)
+        {"train": self.train, "tool": self.tool, "script": self.script}[kind(command)](words, cwd, command.where)
+
+    def train(self, words: list[str], cwd: Path, where: str) -> None:
+        env = dict(RUN_ENV, **dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_]+=", w)))
+        words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]
+        argv = budgeted(train_argv(tuple(words)) or [])
+        if "--help" in argv or "--print-config" in argv:
+            self.check(launcher.run("train", argv, cwd=cwd, env=env, timeout=60), where)
+            return
+        key, run_dir = shape(argv, cwd)
+        resume = "--resume" in argv
+        if not resume and run_dir.exists():  # an earlier alternative wrote there: keep it aside
+            aside = next(p for i in range(100) if not (p := run_dir.with_name(f"{run_dir.name}.{i}")).exists())
+            run_dir.rename(aside)
+            self.trained.update({k: aside for k, v in self.trained.items() if v == run_dir})
+        if not resume and key in self.trained:
+            shutil.copytree(self.trained[key], run_dir)
+            return
+        if words[0] == "torchrun":
+            cmd = [venv_bin("torchrun"), *words[1:words.index("-m")], "-m", "asyncrl.train", *argv]
+            result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=240,
+                                    env={**os.environ, **env})
+        else:
+            result = launcher.run("train", argv, cwd=cwd, env=env, timeout=240)
+        self.check(result, where)
+        final = re.search(r"final checkpoint \S+ \(policy version (\d+)", result.stdout)
+        assert final and int(final.group(1)) >= (0 if resume else 1), f"{where}: no trained policy\n{result.stdout}"
+        assert list((run_dir / "checkpoints").glob("*.pt")), f"{where}: no checkpoint in {run_dir}"
+        if not resume:
+            self.trained[key] = run_dir
+
+    def tool(self, words: list[str], cwd: Path, where: str) -> None:
+        name, args = TOOLS[words[0]], words[1:]
+        args = replaced(args, SHORTER.get(name, {}))
+        if name == "bench" and "replay" in args:
+            args = replaced(args, REPLAY_BENCH_SHORTER)
+        if name == "bench" and any(w.startswith("doom_") for w in args):
+            args = replaced(args, DOOM_BENCH_SHORTER)
+        if name == "compare" and "--at-frames" in args:
+            args = replaced(args, {"--at-frames": BUDGET})
+        self.check(launcher.run(name, args, cwd=cwd, env=RUN_ENV, timeout=240), where)
+        self.check_outputs(args, cwd, where)
+
+    def script(self, words: list[str], cwd: Path, where: str) -> None:
+        args = replaced(words[2:], SCRIPT_SHORTER.get(words[1], {}))
+        result = subprocess.run([sys.executable, str(ROOT / words[1]), *args], cwd=cwd, capture_output=True,
+                                text=True, timeout=240, env={**os.environ, **RUN_ENV})
+        self.check(result, where)
+        self.check_outputs(args, cwd, where)
+
+    @staticmethod
+    def check(result: subprocess.CompletedProcess, where: str) -> None:
+        assert result.returncode == 0, (f"{where}: {shlex_join(result.args)} -> {result.returncode}\n"
+                                        f"{result.stdout[-1500:]}\n{result.stderr[-2000:]}")
+
+    @staticmethod
+    def check_outputs(args: list[str], cwd: Path, where: str) -> None:
+        for flag in ("--out", "--video"):
+            if flag in args:
+                out = cwd / args[args.index(flag) + 1]
+                written = out.exists() or list(out.parent.glob(out.name + ".*"))  # an output prefix: OUT.csv
+                assert written, f"{where}: {flag} {out} was not written"
+
+
+def shlex_join(args) -> str:
+    return " ".join(map(str, args)) if isinstance(args, list) else str(args)
+
+
+RUNNABLE = ("train", "tool", "script")
+DOCS_WITH_COMMANDS = sorted({c.where.rsplit(":", 1)[0] for c in COMMANDS if kind(c) in RUNNABLE},
+                            key=lambda d: (d != "README.md", d))
+
+
+def has_seed_placeholder(command: DocCommand) -> bool:
+    return any(w == "S" or re.search(r"seedS\b", w) for w in command.words)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> DocSession:
+    """One checkout's directory for every doc, README first: a later doc may use what README's first run made."""
+    return DocSession(tmp_path_factory.mktemp("docs"))
+
+
+@pytest.mark.parametrize("doc", DOCS_WITH_COMMANDS)
+def test_doc_commands_run_in_order(doc: str, session: DocSession) -> None:
+    ran = 0
+    for command in COMMANDS:
+        if not command.where.startswith(doc + ":") or kind(command) not in RUNNABLE or not_here(command):
+            continue
+        for seed in (0, 1, 2) if has_seed_placeholder(command) else (0,):  # the docs' seeds: S = 0, 1, 2
+            t = time.monotonic()
+            session.run(command, seed)
+            print(f"{time.monotonic() - t:6.1f} s  {command.where} (S={seed}) {command.text[:80]}")
+        ran += 1
+    assert ran
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, id=c.where) for c in COMMANDS
+                                     if kind(c) in RUNNABLE and not_here(c)])
+def test_command_not_run_here(command: DocCommand) -> None:
+    pytest.skip(f"{command.text[:60]}: {not_here(command)}")
