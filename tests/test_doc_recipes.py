@@ -12,8 +12,7 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
 * The other console scripts and `python scripts/...`: as written, made shorter by SHORTER (enjoy plays one short
-  episode, compare cuts at the budget, the throughput tools measure a fraction of a second); the files named by
-  `--out` / `--video` must exist afterwards.
+  episode, compare cuts at the budget); the files named by `--out` / `--video` must exist afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
 """
 
@@ -62,23 +61,20 @@ def sf2_python(words: tuple[str, ...]) -> bool:
 
 # (pattern in the command, why it does not run here, the condition under which it does run)
 NOT_HERE: list[tuple[str, str, object]] = [
-    (r"--device cuda", "needs a CUDA device", lambda words: cuda()),
     (r"--nnodes 2", "two hosts on one network (docs/scaling.md); the one-host torchrun line runs", lambda _: False),
+    (r"--device cuda", "needs a CUDA device", lambda words: cuda()),
     (r"--sf2-python", "needs Sample Factory 2 in its own venv (docs/performance.md says how)", sf2_python),
     (r"lr_sweep/\*", "reads the sweep's six 50k-frame runs; the sweep's --dry-run line runs", lambda _: False),
+    (r"^asyncrl-bench |scripts/bench_doom\.py",
+     "a throughput measurement, kept out of the timed tests: `make bench` runs the suite, tests/test_bench.py each "
+     "mode with sub-second windows, and test_doc_commands parses these flags", lambda _: False),
     (r"runs train_dir/pong_v3|asyncrl-compare (pong|doom_basic|doom_my_way_home|status_bar|HalfCheetah-v5) ",
      "reads finished episodes: within the budget no env of these runs ends one (a Pong game lost 0-21 is about "
      "800 agent steps, a HalfCheetah episode 1,000, a Doom episode up to 525)", lambda _: False),
 ]
 # a console script's flags replaced (or added) so it finishes in seconds
-SHORTER: dict[str, dict[str, str]] = {
-    "enjoy": {"--episodes": "1", "--max-steps": "200"},
-    "bench": {"--seconds": "0.3", "--repeats": "3"},
-}
-DOOM_BENCH_SHORTER = {"--envs-per-worker": "2"}  # VizDoom engines start one by one (about 0.2 s of CPU each)
-REPLAY_BENCH_SHORTER = {"--replay-capacity": "65536", "--replay-fill-gib": "0.05"}  # not GiBs of buffer
-SCRIPT_SHORTER = {"scripts/bench_doom.py": {"--seconds": "0.3", "--windows": "1", "--envs": "2"},
-                  "scripts/windowed_returns.py": {"--window": "50"}}  # the runs' length, not 1,000 steps
+SHORTER: dict[str, dict[str, str]] = {"enjoy": {"--episodes": "1", "--max-steps": "200"}}
+SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"}}  # the runs' length, not 1,000 steps
 
 
 def not_here(command: DocCommand) -> str | None:
@@ -126,12 +122,16 @@ def shape(argv: list[str], cwd: Path) -> tuple[str, Path]:
     """(the run's settings but for NOT_SHAPE, as JSON; its run directory), resolved in `cwd` as the run would."""
     from asyncrl.resolve import parse_command_line
 
-    before = os.getcwd()
+    before, path, modules = os.getcwd(), list(sys.path), set(sys.modules)
     os.chdir(cwd)
     try:
         cfg = parse_command_line(argv).config
     finally:
         os.chdir(before)
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:  # the doc's my_env.py & co. must not shadow later tests' own
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
+                del sys.modules[name]
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SHAPE}
     return json.dumps(settings, sort_keys=True, default=str), cwd / cfg.run_dir
 
@@ -194,10 +194,6 @@ class DocSession:
     def tool(self, words: list[str], cwd: Path, where: str) -> None:
         name, args = TOOLS[words[0]], words[1:]
         args = replaced(args, SHORTER.get(name, {}))
-        if name == "bench" and "replay" in args:
-            args = replaced(args, REPLAY_BENCH_SHORTER)
-        if name == "bench" and any(w.startswith("doom_") for w in args):
-            args = replaced(args, DOOM_BENCH_SHORTER)
         if name == "compare" and "--at-frames" in args:
             args = replaced(args, {"--at-frames": BUDGET})
         self.check(launcher.run(name, args, cwd=cwd, env=RUN_ENV, timeout=240), where)

@@ -270,10 +270,12 @@ class DoomVecEnv(VecEnv):
             self._len[i] += 1
             reward_out[i] = reward * self._scale
             terminated = game.is_episode_finished()  # death or the scenario's end: VizDoom's timeout is off
-            if not terminated and self.scenario.bots and game.is_player_dead():
+            truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
+            # A bot match goes on after a death: respawn, unless the time limit cut the match at this step (a new
+            # one starts anyway, and a respawn can end the match, which would book the cut as a termination).
+            if not terminated and not truncated and self.scenario.bots and game.is_player_dead():
                 game.respawn_player()
                 terminated = game.is_episode_finished()  # the engine can end the match at a respawn
-            truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
             terminated_out[i] = terminated
             truncated_out[i] = truncated
             if terminated or truncated:
