@@ -100,15 +100,21 @@ def test_pbt_replaces_a_policy_that_cannot_learn(tmp_path: Path) -> None:
 
 def test_self_play_wins_against_its_early_snapshots(tmp_path: Path) -> None:
     """A zero-sum duel: the learning seat soon beats the pool of first weights; the snapshots' own episodes are
-    neither trained on nor reported (one learning seat of two: half the agent-episodes)."""
-    proc = run_cli(["--env", "tests.multi_agent_envs:duel", "--self-play", "--self-play-every", "10", "--workers",
+    neither trained on nor reported (one learning seat of two: half the agent-episodes).
+
+    The pool keeps the first weights for the whole run (a snapshot every 1,000 versions; the run makes about 70):
+    with a snapshot every 10 versions the pool catches up and the rate falls back towards 0.5, so a quiet machine,
+    which writes few records, could miss the early peak (a fresh-clone run read [0.73] against a bar of 0.8).
+    Against its first weights the learner won 1.0 of its last 100 games in 3 runs of 6,900-9,300 env steps;
+    chance is 0.5 (the first weights against themselves)."""
+    proc = run_cli(["--env", "tests.multi_agent_envs:duel", "--self-play", "--self-play-every", "1000", "--workers",
                     "1", "--envs-per-worker", "16", "--rollout", "8", "--batch-size", "128", "--minibatches", "2",
                     "--epochs", "2", "--lr", "0.01", "--frames", "6000", "--report-interval", "1",
                     "--experiment", "duel"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = read_metrics(tmp_path / "duel")
     rates = [r["win_rate"] for r in records if r.get("win_rate") is not None]
-    assert rates and max(rates) >= 0.8, rates
+    assert rates and rates[-1] >= 0.9, rates
     end = records[-1]
     assert 0.85 <= end["episodes"] * 8 * 2 / end["env_steps"] <= 1.05, (end["episodes"], end["env_steps"])
 
