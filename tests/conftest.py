@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -22,15 +20,6 @@ from asyncrl.diagnostics.metrics import read_metrics as read_run_metrics
 from tests import launcher
 
 SHM = Path("/dev/shm")
-
-
-def train_command() -> list[str]:
-    """The installed console script next to this interpreter (the venv's), else the module."""
-    script = Path(sys.executable).with_name("asyncrl-train")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("asyncrl-train")
-    return [found] if found else [sys.executable, "-m", "asyncrl.cli.train"]
 
 
 def run_cli(args: list[str], train_dir: Path, timeout: float = 180.0,

@@ -124,6 +124,11 @@ def kind(command: DocCommand) -> str:
     return "unclassified"
 
 
+def has_seed_placeholder(words: tuple[str, ...] | list[str]) -> bool:
+    """Whether the command stands for several seeds: `--seed S`, `--experiment seedS`."""
+    return any(w == "S" or re.search(r"seedS\b", w) for w in words)
+
+
 def fill(words: list[str], seed: int) -> list[str]:
     """Placeholders filled in: seed S (also in seedS), ENV, RUNS, F; `[--opt X]` synopsis brackets dropped."""
     out = []

@@ -23,7 +23,7 @@ from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
 from asyncrl.runtime.store.checkpoint import load_latest_checkpoint, save_checkpoint
-from tests.conftest import train_command
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 # The learning bar, a 100-episode mean return within FRAMES env steps (the stop is --frames; wall-clock limits
@@ -110,7 +110,7 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     assert last20 is not None and 500 - 5 * (500 - m) - 1e-6 <= last20 <= 500, best
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["report_interval"] == 1.0 and saved["batch_size"] == 256  # the file's value, the vector preset's
-    cli = subprocess.run([*train_command(), "--env", "CartPole-v1", "--env-vectorization", "loop", "--frames",
+    cli = subprocess.run([*launcher.script("train"), "--env", "CartPole-v1", "--env-vectorization", "loop", "--frames",
                           str(FRAMES), "--report-interval",
                           "1", "--train-dir", str(trained.train_dir), "--experiment", "cp", "--print-config"],
                          capture_output=True, text=True, timeout=60)

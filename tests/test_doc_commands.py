@@ -19,7 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_commands import COMMANDS, ROOT, TOOLS, DocCommand, code_block_after, fill, kind, skip_reason, train_argv
+from tests.doc_commands import (
+    COMMANDS,
+    ROOT,
+    TOOLS,
+    DocCommand,
+    code_block_after,
+    fill,
+    has_seed_placeholder,
+    kind,
+    skip_reason,
+    train_argv,
+)
 
 
 def by_kind(name: str) -> list:
@@ -66,7 +77,7 @@ def test_train_command_validates(command: DocCommand, tmp_path: Path, monkeypatc
     argv = train_argv(command.words)
     assert argv is not None
     dirs = {resolved_run_dir(fill(argv, seed)) for seed in (0, 1)}
-    if "S" in argv or any(w.endswith("seedS") for w in argv):
+    if has_seed_placeholder(argv):
         assert len(dirs) == 2, f"{command.where}: every seed writes {dirs.pop()}; give --experiment seedS"
 
 
