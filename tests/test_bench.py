@@ -24,6 +24,7 @@ from asyncrl.bench.suite import (
     command,
     last_record,
     plan,
+    rnn_group,
     scaling_points,
     suite_envs,
 )
@@ -99,8 +100,8 @@ def test_plan_and_helpers() -> None:
     assert scaling_points(2) == [1, 2, 4] and scaling_points(3) == [1, 2, 4]
     quick = plan(["atari_pong"], True, BenchSettings())
     assert [(s.settings.env, s.settings.mode) for s in quick] == [
-        ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "naive"),
-        ("null", "null"), ("null", "null"), ("replay", "replay")]
+        ("atari_pong", "env_only"), ("atari_pong", "sampler"), ("atari_pong", "train"), ("atari_pong", "train"),
+        ("atari_pong", "naive"), ("null", "null"), ("null", "null"), ("replay", "replay")]
     assert [s.settings.envs_per_worker for s in quick[-3:-1]] == [16, 64]
     assert all(s.settings.repeats >= 3 for s in quick)
     full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
@@ -158,8 +159,9 @@ def test_suite_plans_replay_and_doom_only_with_vizdoom(monkeypatch: pytest.Monke
         assert suite_envs(None, quick=True)[0][-1] == "doom_basic"
     steps = [s.settings for s in plan(["doom_basic"], True, BenchSettings())]
     assert [(s.env, s.mode) for s in steps] == [("doom_basic", "env_only"), ("doom_basic", "train"),
-                                                 ("null", "null"), ("null", "null"), ("replay", "replay")]
-    assert all(s.envs_per_worker == 8 for s in steps[:2])
+                                                 ("doom_basic", "train"), ("null", "null"), ("null", "null"),
+                                                 ("replay", "replay")]
+    assert all(s.envs_per_worker == 8 for s in steps[:3])
     assert steps[-1].replay_fill_gib == 0.05 and steps[-1].window_s == 0.3
     assert "--replay-capacity" in command(steps[-1]) and "replay" not in [r["env"] for r in add_ratios(
         [{"env": "replay", "mode": "replay"}])]
@@ -189,8 +191,8 @@ def test_sample_factory_log_windows_skip_startup_and_warmup() -> None:
 
 def test_plan_adds_sample_factory_beside_doom_train_only_with_sf2_python() -> None:
     full = [(s.settings.env, s.settings.mode) for s in plan(["doom_basic"], False, BenchSettings(sf2_python="/p"))]
-    assert full[:4] == [("doom_basic", "env_only"), ("doom_basic", "sampler"), ("doom_basic", "train"),
-                        ("doom_basic", "sf2_train")]
+    assert full[:5] == [("doom_basic", "env_only"), ("doom_basic", "sampler"), ("doom_basic", "train"),
+                        ("doom_basic", "train"), ("doom_basic", "sf2_train")]
     assert ("CartPole-v1", "sf2_train") not in [(s.settings.env, s.settings.mode)
                                                 for s in plan(["CartPole-v1"], True, BenchSettings(sf2_python="/p"))]
     assert all(s.settings.mode != "sf2_train" for s in plan(["doom_basic"], False, BenchSettings()))
@@ -207,3 +209,21 @@ def test_the_cartpole_suite_times_two_policies_against_one_on_the_same_layout() 
                {"env": "CartPole-v1", "mode": "train", "group": POPULATION_GROUP, "label": "2 policies", "sps": 900.0}]
     rows = add_ratios(records)
     assert [r["env"] for r in rows] == ["CartPole-v1"] and records[1]["over_one_policy"] == 0.9
+
+
+def test_the_gru_rows_time_the_recurrent_core_against_feed_forward_and_sample_factory() -> None:
+    steps = [s for s in plan(["doom_basic"], True, BenchSettings(sf2_python="/p", extra_trainer_args=("--lr", "1")))
+             if s.settings.mode == "train"]
+    own, gru = steps
+    assert gru.group == rnn_group("doom_basic") and gru.label == "--rnn gru"
+    assert gru.settings.extra_trainer_args == ("--lr", "1", "--rnn", "gru")
+    assert gru.settings.trainer_args()[-5:] == ["--train", "--lr", "1", "--rnn", "gru"]
+    assert (own.settings.workers, own.settings.envs_per_worker) == (gru.settings.workers, gru.settings.envs_per_worker)
+    assert not [s for s in plan(["CartPole-v1"], True, BenchSettings()) if s.group.endswith("--rnn gru")]
+    records = [{"env": "doom_basic", "mode": "train", "group": "doom_basic", "sps": 1000.0},
+               {"env": "doom_basic", "mode": "train", "group": rnn_group("doom_basic"), "label": "--rnn gru",
+                "sps": 800.0},
+               {"env": "doom_basic", "mode": "sf2_train", "group": "doom_basic", "sps": 400.0}]
+    rows = add_ratios(records)
+    assert [r["env"] for r in rows] == ["doom_basic"] and rows[0]["asyncrl_over_sf2"] == 2.5
+    assert records[1]["over_feed_forward"] == 0.8 and records[1]["asyncrl_over_sf2"] == 2.0

@@ -123,5 +123,10 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes:
         if r.get("over_one_policy"):
             lines += [f"{r['env']}: train frames/s with {r['label']} / with one policy (same env and layout): "
                       f"{r['over_one_policy']:.2f}", ""]
+        if r.get("over_feed_forward"):
+            sf2 = r.get("asyncrl_over_sf2")
+            lines += [f"{r['env']}: train frames/s with {r['label']} / feed-forward (same env and layout): "
+                      f"{r['over_feed_forward']:.2f}"
+                      + (f"; asyncrl {r['label']} / Sample Factory 2 with its GRU: {sf2:.2f}" if sf2 else ""), ""]
     lines += replay_table(records)
     return "\n".join(lines)

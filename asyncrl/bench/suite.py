@@ -70,6 +70,15 @@ BATCHED_GROUP = f"{BATCHED_ENV} x {BATCHED_ENVS:,} envs (batched)"
 # --num-policies: the env's train row again with two policies (each trains on half the env columns), same layout
 POPULATION_ENV, POPULATION_POLICIES = "CartPole-v1", 2
 POPULATION_GROUP = f"{POPULATION_ENV} x {POPULATION_POLICIES} policies"
+# --rnn gru: the env's train row again with Sample Factory's default core (a 512-unit GRU between the encoder and
+# the heads), same layout; on Doom it is compared with Sample Factory 2's own row, which runs its GRU
+RNN_ENVS = ("atari_pong", "doom_basic")
+RNN_ARGS = ("--rnn", "gru")
+RNN_LABEL = "--rnn gru"
+
+
+def rnn_group(env: str) -> str:
+    return f"{env} {RNN_LABEL}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,10 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
             if env.startswith("doom_"):
                 changes.update(DOOM_LAYOUT)
             steps.append(Step(base.for_mode(mode, **changes)))
+            if mode == "train" and env in RNN_ENVS:
+                steps.append(Step(base.for_mode(mode, **changes, extra_trainer_args=(*base.extra_trainer_args,
+                                                                                     *RNN_ARGS)),
+                                  group=rnn_group(env), label=RNN_LABEL))
             if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
                 steps.append(Step(base.for_mode("sf2_train", **changes, extra_trainer_args=())))  # not its flags
     if BATCHED_ENV in envs:  # the guide's 4,096 envs through the batched backend, and the naive loop on them
@@ -197,10 +210,12 @@ def same_device_ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> flo
 
 def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set sampler/env_only on sampler rows and train/sampler, train/naive, train/SF2 on train rows; return one
-    row per env."""
+    row per env. A `--rnn gru` row gets its ratio over the env's feed-forward train row and over Sample Factory 2
+    (which runs its GRU); a population row its ratio over one policy."""
     rows = []
+    variants = {POPULATION_GROUP, *map(rnn_group, RNN_ENVS)}
     own = [r for r in records
-           if r["mode"] not in ("null", "replay", "sf2_train") and r.get("group") != POPULATION_GROUP]
+           if r["mode"] not in ("null", "replay", "sf2_train") and r.get("group") not in variants]
     for env in dict.fromkeys(r.get("group", r["env"]) for r in own):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
@@ -216,6 +231,11 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     population = find(records, POPULATION_GROUP, "train")
     if population:
         population["over_one_policy"] = ratio(population, find(records, POPULATION_ENV, "train"))
+    for env in RNN_ENVS:
+        gru = find(records, rnn_group(env), "train")
+        if gru:
+            gru["over_feed_forward"] = same_device_ratio(gru, find(records, env, "train"))
+            gru["asyncrl_over_sf2"] = same_device_ratio(gru, find(records, env, "sf2_train"))
     return rows
 
 
