@@ -3,9 +3,10 @@
 - A dead rollout worker (killed, crashed, or given up on its envs) is restarted with fresh envs; the slots
   it held go back to the free queue (their partial trajectories are discarded) and its actions queue is
   drained. A dead policy worker is restarted and the rollout workers re-send what it may have taken.
-- A process whose heartbeat (`asyncrl.runtime.plumbing.liveness`) is older than `--hang-timeout` is named, killed
-  and handled as dead; one that never beat gets `STARTUP_GRACE_S`. The whole run also stops if neither env
-  steps nor policy versions move for `STALL_FACTOR` hang timeouts.
+- A process whose heartbeat (`asyncrl.runtime.plumbing.liveness`) is older than `--hang-timeout` is
+  named, killed and handled as dead; one that never beat gets `STARTUP_GRACE_S`. Time it spent runnable
+  but waiting for a core is not counted (`asyncrl.runtime.recovery.starvation`): starved is not hung.
+  The whole run also stops if neither env steps nor policy versions move for `STALL_FACTOR` hang timeouts.
 - More than `MAX_RESTARTS` restarts of one process within `RESTART_WINDOW_S`, a dead or hung learner, or env
   instances raising in more than `--max-env-error-rate` of the env steps over `ENV_ERROR_WINDOW_S`: the run
   stops with one line naming the cause (the runner adds which checkpoint remains).
@@ -33,6 +34,7 @@ from asyncrl.runtime.plumbing.liveness import read_words, release_slots
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.recovery.rollout_guard import EXIT_ENV_ERRORS
+from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale
 from asyncrl.runtime.store.checkpoint import checkpoint_dir, list_checkpoints
 
 RESTART_WINDOW_S = 300.0
@@ -68,6 +70,8 @@ class Member:
     started: float = 0.0
     restarts: deque = field(default_factory=deque)
     cause: str | None = None  # set when the supervisor kills it
+    starvation: StarvationWatch = field(default_factory=StarvationWatch)
+    starved_note: float = 0.0  # the heartbeat whose overdue age was last excused as starvation (noted once)
 
 
 def parse_name(name: str) -> tuple[str, int]:
@@ -168,6 +172,7 @@ class Supervisor:
         member = self.members.get(name)
         if member is None:
             member = self.members[name] = Member(name, *parse_name(name))
+            member.starvation.quiet_after_s = min(QUIET_AFTER_S, self.cfg.hang_timeout / 8)
         member.started = time.monotonic()
         self._beats(member.kind)[member.index] = 0.0
 
@@ -208,9 +213,18 @@ class Supervisor:
         beat = float(self._beats(member.kind)[member.index])
         since, limit = (beat, self.cfg.hang_timeout) if beat else (
             member.started, max(STARTUP_GRACE_S, self.cfg.hang_timeout))
-        if now - since <= limit or not proc.is_alive():
+        age = now - since
+        waited = member.starvation.waited_s(proc.pid, since, age) if proc.pid else 0.0
+        if age <= limit or not proc.is_alive():
             return
-        member.cause = f"made no progress for {now - since:.0f} s{'' if beat else ' after starting'}"
+        if not stale(age, waited, limit):
+            if member.starved_note != since:
+                member.starved_note = since
+                self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, {waited:.0f} s of it waiting for "
+                         f"a CPU core (the machine is overloaded); starved, not hung: waiting longer")
+            return
+        member.cause = f"made no progress for {age:.0f} s{'' if beat else ' after starting'}" + (
+            f" ({waited:.0f} s of it waiting for a CPU core)" if waited >= 1 else "")
         proc.kill()
         proc.join(timeout=5)
         self._died(name, proc)

@@ -1,0 +1,110 @@
+"""Starved is not hung: real processes on one pinned core, judged by the runner's own supervisor."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+
+from asyncrl.config import Config
+from asyncrl.runtime.plumbing.channels import Channels
+from asyncrl.runtime.plumbing.trajectories import num_slots
+from asyncrl.runtime.recovery.starvation import stale, thread_run_queue_delays
+from asyncrl.runtime.recovery.supervisor import Supervisor
+
+LIMIT_S = 1.5  # --hang-timeout
+BURN_S = 0.06  # CPU time between two beats of the starved process: several seconds at nice 19 beside 3 hogs
+FORK = mp.get_context("fork")
+
+pytestmark = pytest.mark.skipif(not thread_run_queue_delays(os.getpid()),
+                                reason="the kernel reports no run-queue delays (/proc/<pid>/task/<tid>/schedstat)")
+
+
+def _pin(cpu: int, nice: int = 0) -> None:
+    os.sched_setaffinity(0, {cpu})
+    if nice:
+        os.nice(nice)
+
+
+def _hog(cpu: int) -> None:
+    _pin(cpu)
+    while True:
+        pass
+
+
+def _starved(cpu: int, beats) -> None:
+    """Policy worker 0's heartbeat: at once, then after every BURN_S of its own CPU time, at the lowest priority."""
+    beats[0] = time.monotonic()
+    _pin(cpu, nice=19)
+    while True:
+        start = time.process_time()
+        while time.process_time() - start < BURN_S:
+            pass
+        beats[0] = time.monotonic()
+
+
+def _asleep(cpu: int, beats) -> None:
+    """Policy worker 1's heartbeat: once, then blocked forever (hung)."""
+    _pin(cpu)
+    beats[1] = time.monotonic()
+    signal.pause()
+
+
+def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() -> None:
+    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
+                 minibatches=1, policy_workers=2, hang_timeout=LIMIT_S)
+    cfg.validate()
+    channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+    beats, lines = channels.live["beat_policy"], []
+    cpu = min(os.sched_getaffinity(0))
+    hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(3)]
+    procs = {"policy-0": FORK.Process(target=_starved, args=(cpu, beats), daemon=True),
+             "policy-1": FORK.Process(target=_asleep, args=(cpu, beats), daemon=True)}
+    respawned: list[str] = []
+
+    def respawn(name: str) -> None:  # the runner's part: a fresh process that has not started its loop yet
+        respawned.append(name)
+        procs[name] = FORK.Process(target=signal.pause, daemon=True)
+        procs[name].start()
+        supervisor.spawned(name)
+
+    supervisor = Supervisor(cfg, channels, procs, respawn, out=lambda *a, **k: lines.append(a[0]))
+    blocked = procs["policy-1"]
+    for p in hogs:
+        p.start()
+    try:
+        for name, proc in procs.items():
+            proc.start()
+            supervisor.spawned(name)
+        oldest = 0.0
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and (oldest < LIMIT_S + 1.5 or not respawned):
+            supervisor.check()  # it looks at most every 0.25 s
+            if beats[0]:
+                oldest = max(oldest, time.monotonic() - beats[0])
+            time.sleep(0.05)
+        killed = [line for line in lines if "made no progress" in line]
+        # the blocked one is named and killed on time; the starved one went past the limit without beating (the
+        # age alone would call it hung), is noted as starved and left running
+        assert [line.split(" made")[0].split()[-1] for line in killed] == ["policy-1"], lines
+        assert respawned == ["policy-1"] and not blocked.is_alive() and procs["policy-0"].is_alive()
+        assert oldest > LIMIT_S + 1.5, (oldest, lines)
+        assert any("policy-0 has not reported" in line and "starved, not hung" in line for line in lines), lines
+    finally:
+        everyone = [*hogs, blocked, *procs.values()]
+        for p in everyone:
+            if p.pid:
+                p.kill()
+        for p in everyone:
+            if p.pid:
+                p.join(timeout=5)
+
+
+def test_the_rule_excuses_waiting_up_to_a_bound() -> None:
+    assert not stale(1.9, 0.0, 2.0) and stale(2.1, 0.0, 2.0)
+    assert not stale(15.0, 14.0, 2.0) and stale(15.0, 12.0, 2.0)
+    assert stale(20.5, 20.5, 2.0)  # 10 limits: stale whatever it waited
+    assert thread_run_queue_delays(2**22 + 7) == {}  # no such process: nothing to read
