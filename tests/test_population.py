@@ -118,6 +118,22 @@ def test_self_play_wins_against_its_early_snapshots(tmp_path: Path) -> None:
     end = records[-1]
     assert 0.85 <= end["episodes"] * 8 * 2 / end["env_steps"] <= 1.05, (end["episodes"], end["env_steps"])
 
+    # The pool is checkpointed and resumed as it was: the resumed learner still plays its first weights (and beats
+    # them), where a pool started again from the resumed weights would be a mirror match (0.5). The budget counts
+    # from where the first run ended (a quiet machine overshoots).
+    _, saved = load_latest_checkpoint(str(tmp_path / "duel"))
+    pool = saved["self_play_pool"]
+    assert pool["versions"] == [1] * 8, pool["versions"]  # every snapshot is still the first weights
+    proc = run_cli(["--env", "tests.multi_agent_envs:duel", "--frames", str(end["env_steps"] + 1500),
+                    "--report-interval", "0.5", "--experiment", "duel", "--resume"], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the pool of 8 snapshots resumed as it was saved" in proc.stdout, proc.stdout[-2000:]
+    resumed = [r["win_rate"] for r in read_metrics(tmp_path / "duel")[len(records):] if r.get("win_rate") is not None]
+    assert resumed and min(resumed) >= 0.8, resumed
+    _, again = load_latest_checkpoint(str(tmp_path / "duel"))
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(again["self_play_pool"]["weights"],
+                                                                     pool["weights"]))
+
 
 def test_fixed_random_and_self_play_policy_maps() -> None:
     cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=6, worker_splits=2, num_policies=2)

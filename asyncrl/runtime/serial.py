@@ -168,7 +168,7 @@ class SerialRun:
         self.learner = learner = make_learner(cfg, spec, self.device)
         if cfg.resume:
             try:
-                path, env_steps, run = load_resume_state(cfg, learner, lambda msg: self.out(f"asyncrl: {msg}"))
+                path, env_steps, run, _ = load_resume_state(cfg, learner, lambda msg: self.out(f"asyncrl: {msg}"))
             except ResumeError as exc:
                 raise RunError(str(exc), hint=False) from None
             self.out(f"asyncrl: resumed from {path}", flush=True)

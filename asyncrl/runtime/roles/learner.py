@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -86,7 +87,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     start = _resume(cfg, learners, channels)
     if start is None:
         return  # reported as fatal; the runner has stopped the run
-    env_steps, run_state = start
+    env_steps, run_state = start.env_steps, start.run
     group = _join(ranks, learner, channels)
     publishers = [_publish_first(cfg, m, w, checksum=p == 0) for p, (m, w) in enumerate(zip(learners, weights))]
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
@@ -95,19 +96,24 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     beat = channels.live["beat_learner"]
     for member in learners:  # long train() calls show progress inside
         member.heartbeat = lambda: beat.__setitem__(0, time.monotonic())
-    save = _checkpointer(cfg, learners, publishers, channels)
+    pool = SnapshotPool(cfg, learners, pool_blocks) if pool_blocks else None
+    if pool is not None and start.pool is not None:
+        problem = pool.restore(start.pool)
+        report(channels, "info" if problem is None else "warning", 0, {"message": problem or (
+            f"self-play: the pool of {len(pool_blocks)} snapshots resumed as it was saved")})
+    save = _checkpointer(cfg, learners, publishers, channels, pool)
     if group is not None:
         save = group.wrap_save(save)  # only rank 0 saves, with the group's totals
     loop = LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps)
-    loop.pool = SnapshotPool(cfg, learners, pool_blocks) if pool_blocks else None
+    loop.pool = pool
     loop.run()
 
 
 class SnapshotPool:
     """--self-play's opponents: past versions of the learning policies in the pool's weights blocks. Block j holds
     snapshots of policy j mod N; every block starts with its policy's first weights, and each policy's newest
-    snapshot (every --self-play-every versions) replaces the oldest of its blocks. A resumed run starts its pool
-    again from the resumed weights."""
+    snapshot (every --self-play-every versions) replaces the oldest of its blocks. Checkpoints keep the pool
+    (`state`), and a resumed run plays against it as it was (`restore`)."""
 
     def __init__(self, cfg: Config, learners: list[Learner], blocks: list[SharedWeights]) -> None:
         n = len(learners)
@@ -119,6 +125,25 @@ class SnapshotPool:
         self.blocks_of = [[j for j in range(len(blocks)) if j % n == p] for p in range(n)]
         self.taken = [0] * n
         self.due = [m.version + self.every for m in learners]
+
+    def state(self) -> dict:
+        """The snapshots (flat float32 weights, as published), their versions and each policy's schedule."""
+        return {"weights": [p.staging.clone() for p in self.publishers], "versions": list(self.versions),
+                "taken": list(self.taken), "due": list(self.due)}
+
+    def restore(self, saved: dict) -> str | None:
+        """Publish a checkpoint's snapshots into the pool's blocks; why not (the pool starts afresh) or None."""
+        weights = saved.get("weights", [])
+        if len(weights) != len(self.publishers) or len(saved.get("due", [])) != len(self.due) or any(
+                w.numel() != p.staging.numel() for w, p in zip(weights, self.publishers)):
+            return (f"self-play: the checkpoint's pool ({len(weights)} snapshots) does not fit this run's "
+                    f"({len(self.publishers)}); the pool starts again from the resumed weights")
+        for publisher, w, version in zip(self.publishers, weights, saved["versions"]):
+            publisher.staging.copy_(w.reshape(-1))
+            publisher.weights.publish(publisher.staging.numpy(), int(version))
+        self.versions = [int(v) for v in saved["versions"]]
+        self.taken, self.due = [int(t) for t in saved["taken"]], [int(d) for d in saved["due"]]
+        return None
 
     def after_update(self, policy: int, learner: Learner) -> None:
         """Snapshot `policy` into its oldest block once it is --self-play-every versions past the last one."""
@@ -148,11 +173,18 @@ class ResumeError(RuntimeError):
     """--resume found no checkpoint that loads into this learner (one line for the user)."""
 
 
-def load_resume_state(cfg: Config, learner: Learner | list[Learner],
-                      warn: Callable[[str], None]) -> tuple[str, int, dict]:
-    """Load the run's newest good checkpoint into `learner` (or each policy's learner, in order): (its path, the
-    env steps and the runner's counters it kept). ResumeError when there is none or it does not fit the model;
-    `warn` hears of corrupt ones skipped."""
+class Resumed(NamedTuple):
+    """What a resume takes from the checkpoint besides the learners' own state."""
+
+    path: str
+    env_steps: int
+    run: dict  # the runner's counters (elapsed time, episodes, restarts)
+    pool: dict | None  # --self-play's snapshot pool (`SnapshotPool.state`), None when the run kept none
+
+
+def load_resume_state(cfg: Config, learner: Learner | list[Learner], warn: Callable[[str], None]) -> Resumed:
+    """Load the run's newest good checkpoint into `learner` (or each policy's learner, in order). ResumeError when
+    there is none or it does not fit the model; `warn` hears of corrupt ones skipped."""
     learners = learner if isinstance(learner, list) else [learner]
     try:
         path, state = read_resume_state(cfg.run_dir, warn)
@@ -171,21 +203,20 @@ def load_resume_state(cfg: Config, learner: Learner | list[Learner],
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ResumeError(f"checkpoint {path} does not fit this model ({reason}); resume with the settings it was "
                           f"trained with or start a new --experiment") from None
-    return path, int(state["env_steps"]), dict(state.get("run", {}))
+    return Resumed(path, int(state["env_steps"]), dict(state.get("run", {})), state.get("self_play_pool"))
 
 
-def _resume(cfg: Config, learner: list[Learner], channels: Channels) -> tuple[int, dict] | None:
-    """With --resume, load the newest good checkpoint into `learner`. The env steps and the runner's counters
-    (elapsed time, episodes, restarts) it kept, or (0, {}) for a fresh start; None after a fatal report."""
+def _resume(cfg: Config, learner: list[Learner], channels: Channels) -> Resumed | None:
+    """With --resume, load the newest good checkpoint into `learner` and say what else it kept (a fresh start:
+    nothing); None after a fatal report."""
     if not cfg.resume:
-        return 0, {}
+        return Resumed("", 0, {}, None)
     try:
-        path, env_steps, run = load_resume_state(
-            cfg, learner, lambda msg: report(channels, "warning", 0, {"message": msg}))
+        resumed = load_resume_state(cfg, learner, lambda msg: report(channels, "warning", 0, {"message": msg}))
     except ResumeError as exc:
         return _fatal(channels, {"message": str(exc), "hint": False})
-    report(channels, "info", 0, {"message": f"resumed from {path}"})
-    return env_steps, run
+    report(channels, "info", 0, {"message": f"resumed from {resumed.path}"})
+    return resumed
 
 
 def _join(ranks: DataParallel | None, learner: Learner, channels: Channels) -> Group | None:
@@ -213,14 +244,15 @@ def _publish_first(cfg: Config, learner: Learner, weights: SharedWeights, checks
 
 
 def _checkpointer(cfg: Config, learners: list[Learner], publishers: list[WeightsPublisher],
-                  channels: Channels) -> Callable[[int, dict], None]:
-    """`save(env_steps, run_state)`: a checkpoint of the learner (every policy's), unless its weights are not
-    finite; a failed write is reported and training goes on."""
+                  channels: Channels, pool: SnapshotPool | None = None) -> Callable[[int, dict], None]:
+    """`save(env_steps, run_state)`: a checkpoint of the learner (every policy's, and the self-play pool), unless
+    its weights are not finite; a failed write is reported and training goes on."""
     learner = learners[0]
 
     def save(steps: int, run: dict) -> None:
         try:
-            path = save_learner(cfg, learners, [t for p in publishers for t in p.tensors], steps, run)
+            path = save_learner(cfg, learners, [t for p in publishers for t in p.tensors], steps, run,
+                                pool=None if pool is None else pool.state())
         except OSError as exc:  # full disk, unwritable dir: training goes on, the older checkpoints stay
             report(channels, "save_failed", 0, {"message": save_failed_message(cfg, exc)})
             return
@@ -236,10 +268,11 @@ NOT_FINITE_SAVE = "not saving a checkpoint: the weights are not finite"
 
 
 def save_learner(cfg: Config, learner: Learner | list[Learner], tensors: list[torch.Tensor], steps: int,
-                 run: dict) -> str | None:
-    """Checkpoint `learner` (or each policy's, in order) at `steps` env steps with the runner's counters `run`:
-    the path, or None (nothing written) when the published `tensors` are not finite. OSError when the write
-    fails. Policy 0 is `learner`, the others `policies`, their current settings `policy_settings`."""
+                 run: dict, pool: dict | None = None) -> str | None:
+    """Checkpoint `learner` (or each policy's, in order) at `steps` env steps with the runner's counters `run`
+    (and --self-play's `pool`): the path, or None (nothing written) when the published `tensors` are not finite.
+    OSError when the write fails. Policy 0 is `learner`, the others `policies`, their current settings
+    `policy_settings`."""
     learners = learner if isinstance(learner, list) else [learner]
     if not all(torch.isfinite(t).all() for t in tensors):
         return None
@@ -248,7 +281,7 @@ def save_learner(cfg: Config, learner: Learner | list[Learner], tensors: list[to
         "policy_settings": [member_settings(m.cfg) for m in learners]}
     return save_checkpoint(cfg.run_dir, learners[0].version, {
         "learner": learners[0].state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
-        "run": run, **population}, cfg.keep_checkpoints)
+        "run": run, **population, **({} if pool is None else {"self_play_pool": pool})}, cfg.keep_checkpoints)
 
 
 def save_failed_message(cfg: Config, exc: OSError) -> str:
