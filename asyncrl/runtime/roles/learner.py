@@ -138,10 +138,12 @@ class SnapshotPool:
                 w.numel() != p.staging.numel() for w, p in zip(weights, self.publishers)):
             return (f"self-play: the checkpoint's pool ({len(weights)} snapshots) does not fit this run's "
                     f"({len(self.publishers)}); the pool starts again from the resumed weights")
-        for publisher, w, version in zip(self.publishers, weights, saved["versions"]):
+        # each block under a version it has not had yet: a policy worker that read the fresh pool's first weights
+        # must see the change
+        self.versions = [max(int(v), mine) + 1 for v, mine in zip(saved["versions"], self.versions)]
+        for publisher, w, version in zip(self.publishers, weights, self.versions):
             publisher.staging.copy_(w.reshape(-1))
-            publisher.weights.publish(publisher.staging.numpy(), int(version))
-        self.versions = [int(v) for v in saved["versions"]]
+            publisher.weights.publish(publisher.staging.numpy(), version)
         self.taken, self.due = [int(t) for t in saved["taken"]], [int(d) for d in saved["due"]]
         return None
 
