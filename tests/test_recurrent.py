@@ -263,7 +263,9 @@ SMALL = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "4", "--
 
 
 # Budgets in env steps (were 3000, and 1500 then 2500). The checks need >= 5 policy versions (batches of 128), a
-# checkpoint and, for --rnn gru, an evaluation record (the final weights are always evaluated at --frames). Measured
+# checkpoint and, for --rnn gru, an evaluation record (the final weights are always evaluated at --frames; that
+# result is in the last record, which may carry no training stats, so every record is read: a CI run beside a busy
+# loop, where the periodic evaluation at nice 19 did not finish, failed when only training records were read). Measured
 # at these budgets under a load of about 10x: --rnn gru 13 versions and its evaluation record, --rnn lstm 12, the
 # user encoder 8-9 then 12-13 after the resume, SignMatch 11-12 (five runs each of the last two, two of the others).
 FRAMES = 1500
@@ -293,9 +295,9 @@ def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(
     proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", str(FRAMES), "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "train" / rnn
-    records = _finite_training(run_dir)
-    if extra:
-        assert any(r.get("eval_return_mean") is not None for r in records)
+    _finite_training(run_dir)
+    if extra:  # an evaluation of the recurrent policy: a periodic one, or the final one (the last record)
+        assert any(r.get("eval_return_mean") is not None for r in read_metrics(run_dir)), read_metrics(run_dir)[-1]
     policy = load_policy(str(run_dir))
     assert isinstance(policy, RecurrentPolicy) and policy.recurrent
     out = tmp_path / "out"
