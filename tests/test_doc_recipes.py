@@ -5,8 +5,8 @@ blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ..
 recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
 
 * `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET and `--seconds` dropped (the off-policy
-  algorithms get their own budgets; SMALLER shrinks the 4,096-env example); the run must exit 0 and save a
-  checkpoint of a trained policy (version >= 1).
+  algorithms get their own budgets; SMALLER shrinks the 4,096-env example, SLOW_START_LAYOUT Atari and VizDoom); the
+  run must exit 0 and save a checkpoint of a trained policy (version >= 1).
   Placeholders are filled in as tests/doc_commands.py says; a command with seed S runs for S = 0, 1 and 2. A
   command that writes where an earlier one did (README's list of alternatives) first moves that run aside.
 * A command whose settings equal an earlier one's but for NOT_SHAPE (budget, seed, names, where metrics go) is not
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from asyncrl.config import Config
 from tests import launcher
 from tests.doc_commands import (
     COMMANDS,
@@ -93,6 +94,12 @@ SHORTER: dict[str, dict[str, str]] = {"enjoy": {"--episodes": "1", "--max-steps"
 SMALLER: list[tuple[str, dict[str, str]]] = [
     (r"--envs-per-worker 2048 ", {"--envs-per-worker": "64", "--batch-size": "2048"}),  # 4,096 envs, batches of 65,536
 ]
+# Atari and VizDoom games are slow to start: at the presets' 4 x 16 a run took 15-18 s of CPU to its first update,
+# at 2 a worker (one per split) 5 s. So runs of those envs (as resolved: `asyncrl-train --wandb` trains Pong) get
+# SLOW_START_LAYOUT, but for README's main job (`make train`'s, 10M frames) and its --resume, which keep the preset's.
+SLOW_START_ENVS = ("atari_", "doom_")
+SLOW_START_LAYOUT = {"--envs-per-worker": "2", "--batch-size": "256"}
+MAIN_JOB = re.compile(r"--frames 10000000 |--resume ")
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"}}  # the runs' length, not 1,000 steps
 
 
@@ -137,20 +144,24 @@ def budgeted(argv: list[str]) -> list[str]:
     return replaced(argv, values, drop=("--seconds",))
 
 
-def shape(argv: list[str], cwd: Path) -> tuple[str, Path]:
-    """(the run's settings but for NOT_SHAPE, as JSON; its run directory), resolved in `cwd` as the run would."""
+def resolved(argv: list[str], cwd: Path) -> Config:
+    """The run's settings, resolved in `cwd` as the run would."""
     from asyncrl.resolve import parse_command_line
 
     before, path, modules = os.getcwd(), list(sys.path), set(sys.modules)
     os.chdir(cwd)
     try:
-        cfg = parse_command_line(argv).config
+        return parse_command_line(argv).config
     finally:
         os.chdir(before)
         sys.path[:] = path
         for name in set(sys.modules) - modules:  # the doc's my_env.py & co. must not shadow later tests' own
             if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
                 del sys.modules[name]
+
+
+def shape(cfg: Config, cwd: Path) -> tuple[str, Path]:
+    """(the run's settings but for NOT_SHAPE, as JSON; its run directory in `cwd`)."""
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SHAPE}
     return json.dumps(settings, sort_keys=True, default=str), cwd / cfg.run_dir
 
@@ -190,7 +201,11 @@ class DocSession:
         if "--help" in argv or "--print-config" in argv:
             self.check(launcher.run("train", argv, cwd=cwd, env=env, timeout=60), where)
             return
-        key, run_dir = shape(argv, cwd)
+        cfg = resolved(argv, cwd)
+        if cfg.env.startswith(SLOW_START_ENVS) and not MAIN_JOB.search(" ".join(words) + " "):
+            argv = replaced(argv, SLOW_START_LAYOUT)
+            cfg = resolved(argv, cwd)
+        key, run_dir = shape(cfg, cwd)
         resume = "--resume" in argv
         if not resume and run_dir.exists():  # an earlier alternative wrote there: keep it aside
             aside = next(p for i in range(100) if not (p := run_dir.with_name(f"{run_dir.name}.{i}")).exists())
