@@ -190,6 +190,9 @@ class Config:
     lr_schedule: str = field(default="constant", metadata={"algos": PPO_ONLY,
         "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
                 "or auto (linear when --frames is set)"})
+    lr_warmup: int = field(default=0, metadata={"algos": PPO_ONLY,
+        "help": "frames over which the learning rate rises linearly from 0 to what --lr-schedule gives (0: none), "
+                "as optax's warm-up schedules do"})
     kl_target: float = field(default=0.01, metadata={"algos": PPO_ONLY,
         "help": "mean KL from the behaviour policy to the current one that the kl schedule aims at"})
     adam_eps: float = field(default=1e-5, metadata={"algos": PPO_ONLY, "help": "Adam epsilon"})
@@ -390,7 +393,7 @@ class Config:
                      "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
-        for name in ("frames", "seconds", "learner_threads", "max_policy_lag"):
+        for name in ("frames", "seconds", "learner_threads", "max_policy_lag", "lr_warmup"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
         for name in ("lr", "kl_target", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm",

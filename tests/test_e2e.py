@@ -7,6 +7,7 @@ same runner through `asyncrl.train()`, whose resolved settings it compares with 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from conftest import TrainRun, shm_entries, start_train, wait_for
 from asyncrl.runtime.roles.runner import SHUTDOWN_TIMEOUT_S
 from asyncrl.runtime.store.checkpoint import list_checkpoints
 
+WARMUP = 10_000_000  # --lr-warmup frames in the resume test: the whole of both runs is on the ramp
 CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--frames", "150000"]  # the resume test stops on --seconds first
 # Ctrl-C to exit: the runner's own timeline (notice within 50 ms, SHUTDOWN_TIMEOUT_S of joins, then 2 s per
 # killed child) plus a generous margin for a busy machine.
@@ -97,7 +99,8 @@ def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: 
 
 
 def test_resume_continues_versions_and_frames(tmp_path: Path, reap: list[TrainRun]) -> None:
-    flags = [*CARTPOLE_FLAGS, "--report-interval", "1"]
+    """--resume goes on from the saved version and frame count, and so does the learning-rate warm-up."""
+    flags = [*CARTPOLE_FLAGS, "--report-interval", "1", "--lr-schedule", "constant", "--lr-warmup", str(WARMUP)]
     # 3 s per run (was 4): at 2 s on a machine loaded 20x the first run stopped at version 3-4 and the resumed one
     # went 2 versions past the saved one, in 3 of 3 runs (the bars: above 1, and past the saved version).
     first = start_train([*flags, "--seconds", "3"], tmp_path / "train", "resume")
@@ -120,6 +123,15 @@ def test_resume_continues_versions_and_frames(tmp_path: Path, reap: list[TrainRu
     assert after[0]["policy_version"] >= saved_version, (last, after[0])
     assert all(r["frames"] >= last["frames"] for r in after), (last, after[0])
     assert after[-1]["policy_version"] > saved_version and after[-1]["frames"] > last["frames"]
+    # The warm-up (far longer than the runs): an update's rate is --lr x the samples trained so far / WARMUP, so
+    # under --lr x the frames of both runs / WARMUP (x 2: the records' frames come from the workers' reports, a
+    # second behind the samples the learner has; seen 19% behind), rising, and the resumed run picks the ramp up
+    # where it was (restarted, it would begin near 0 again). Without the ramp the rate is --lr, 30x over `top`.
+    lr = json.loads((first.run_dir / "config.json").read_text())["lr"]
+    rates = [r["learning_rate"] for r in [*before, *after] if r.get("learning_rate")]
+    top = 2 * lr * after[-1]["frames"] / WARMUP
+    assert rates and all(0 < rate <= top for rate in rates), (lr, top, rates)
+    assert all(b >= a for a, b in zip(rates, rates[1:])), rates
     print(f"\nresume: first run stopped at version {last['policy_version']} / {last['frames']:,} frames; "
           f"resumed run went on from version {after[0]['policy_version']} / {after[0]['frames']:,} frames to "
           f"{after[-1]['policy_version']} / {after[-1]['frames']:,}")

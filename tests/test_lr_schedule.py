@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.algo.lr_schedule import KL_FACTOR, kl_adaptive_lr, linear_lr
+from asyncrl.algo.lr_schedule import KL_FACTOR, kl_adaptive_lr, linear_lr, warmup_factor
 
 
 def test_linear_decays_to_zero_at_the_end() -> None:
@@ -65,3 +65,22 @@ def test_learner_adapts_and_checkpoints_its_rate() -> None:
     other = APPOLearner(cfg, spec, torch.device("cpu"))
     other.load_state_dict(learner.state_dict())
     assert other.lr == pytest.approx(learner.lr)
+
+
+def test_warmup_ramps_the_scheduled_rate() -> None:
+    assert [warmup_factor(f, 1000) for f in (0, 250, 1000, 5000)] == [0.0, 0.25, 1.0, 1.0]
+    assert warmup_factor(0, 0) == 1.0  # --lr-warmup 0: none
+
+    import gymnasium as gym
+
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.config import Config
+    from asyncrl.envs.base import EnvSpec
+
+    spec = EnvSpec("vec", (4,), np.dtype(np.float32), gym.spaces.Discrete(2), 1)
+    cfg = Config(env="CartPole-v1", lr=1e-3, lr_schedule="linear", frames=10_000, lr_warmup=2_000, minibatches=1,
+                 rollout=4, batch_size=8, envs_per_worker=4)
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
+    # the ramp times the linear decay: 0.5 x 0.9 at 1,000 frames, 1 x 0.7 at 3,000
+    assert learner.learning_rate(1_000) == pytest.approx(1e-3 * 0.5 * 0.9)
+    assert learner.learning_rate(3_000) == pytest.approx(1e-3 * 0.7)

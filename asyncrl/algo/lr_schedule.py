@@ -1,4 +1,4 @@
-"""Learning-rate schedules: linear decay, and the KL-adaptive rule (as in rl_games' `adaptive` schedule).
+"""Learning-rate schedules: linear decay, a linear warm-up, and the KL-adaptive rule (rl_games' `adaptive`).
 
 The KL-adaptive rule keeps the policy's step size near a target: after each update it compares the measured
 KL(behaviour || current) with `target` and multiplies or divides the rate by `factor` when the KL is off by
@@ -15,6 +15,11 @@ KL_RANGE = (0.01, 10.0)  # bounds on the adaptive rate, as multiples of the conf
 def linear_lr(base_lr: float, frames: int, total_frames: int) -> float:
     """Decays from `base_lr` to 0 at `total_frames`."""
     return base_lr * max(0.0, 1.0 - frames / total_frames)
+
+
+def warmup_factor(frames: int, warmup_frames: int) -> float:
+    """The share of the scheduled rate in force after `frames` of a linear warm-up over `warmup_frames` (0: none)."""
+    return min(1.0, frames / warmup_frames) if warmup_frames > 0 else 1.0
 
 
 def kl_adaptive_lr(lr: float, kl: float, target: float, lr_min: float, lr_max: float,

@@ -20,7 +20,7 @@ from asyncrl.agents.base import GradientHook, no_gradient_sync, no_heartbeat, sa
 from asyncrl.agents.batch import Batch
 from asyncrl.agents.eager import Adam
 from asyncrl.agents.rng_state import load_rng_state, rng_state
-from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr
+from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr, warmup_factor
 from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
 from asyncrl.config import Config
@@ -87,6 +87,10 @@ class APPOLearner:
         return self.model
 
     def learning_rate(self, frames: int) -> float:
+        """The rate of the next update: --lr-schedule's, scaled by the --lr-warmup ramp."""
+        return self._scheduled_lr(frames) * warmup_factor(frames, self.cfg.lr_warmup)
+
+    def _scheduled_lr(self, frames: int) -> float:
         if self.cfg.lr_schedule == "linear" and self.cfg.frames:
             return linear_lr(self.cfg.lr, frames, self.cfg.frames)
         if self.cfg.lr_schedule == "kl":
@@ -129,7 +133,7 @@ class APPOLearner:
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         if cfg.lr_schedule == "kl" and "kl" in out:
             low, high = KL_RANGE
-            self.lr = kl_adaptive_lr(lr, out["kl"], cfg.kl_target, cfg.lr * low, cfg.lr * high)
+            self.lr = kl_adaptive_lr(self.lr, out["kl"], cfg.kl_target, cfg.lr * low, cfg.lr * high)
         trained = int(mask.sum().item())
         self.samples_trained += trained
         kept_lag = batch.lag[mask.bool()]
