@@ -73,6 +73,7 @@ VALUE_SCALING_IN_LEARNER = True
 # line, or a config-file value that differs from the preset's, for an algorithm outside it is refused.
 ALGOS = ("appo", "sac", "td3", "redq")
 PPO_ONLY = ("appo",)
+ACTIVATIONS = ("tanh", "relu")  # --activation: the built-in MLPs' hidden units
 REPLAY_ONLY = ("sac", "td3", "redq")
 
 
@@ -217,6 +218,9 @@ class Config:
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
         "help": "drop samples more than this many updates old"})
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
+    activation: str = field(default="tanh", metadata={"algos": PPO_ONLY,
+        "help": "hidden units of the MLPs on vector observations: tanh (most PPO baselines for control) or relu "
+                "(gymnax-blines' MinAtar agents; on Breakout-MinAtar it learns much faster, docs/results.md)"})
     # --- populations: several policies, population-based training (docs/populations.md) ---
     num_policies: int = field(default=1, metadata={"algos": PPO_ONLY,
         "help": "policies trained at once, each with its own weights, optimiser and version (one learner process "
@@ -506,6 +510,8 @@ class Config:
             raise ConfigError(f"--lr-scaling must be none, sqrt or linear (got {self.lr_scaling!r})")
         if self.lr_reference_batch < 1:
             raise ConfigError(f"--lr-reference-batch must be at least 1 (got {self.lr_reference_batch})")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"--activation must be {' or '.join(ACTIVATIONS)} (got {self.activation!r})")
         if self.value_transform not in ("none", "symlog"):
             raise ConfigError(f"--value-transform must be none or symlog (got {self.value_transform!r})")
         if not VALUE_SCALING_IN_LEARNER and (self.normalize_returns or self.value_transform != "none"):

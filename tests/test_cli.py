@@ -79,6 +79,7 @@ def test_unknown_atari_game_names_the_rom(tmp_path: Path) -> None:
     (["--epochs", "0"], "--epochs must be at least 1"),
     (["--frames", "-1"], "--frames must not be negative"),
     (["--lr-warmup", "-1"], "--lr-warmup must not be negative"),
+    (["--activation", "gelu"], "--activation must be tanh or relu"),
     (["--rollout", "1"], "--rollout must be at least 2"),
     (["--envs-per-worker", "3", "--worker-splits", "2"], "does not divide into --worker-splits"),
     (["--batch-size", "20"], "must be a multiple of rollout x envs per split"),

@@ -10,10 +10,12 @@ import pytest
 from conftest import run_cli
 from test_cli import assert_user_error
 
+import asyncrl
+
 # Values unlike both the defaults and the vector preset, so a preset or a default taking over shows.
 FIRST = ["--env", "CartPole-v1", "--experiment", "r", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8",
          "--batch-size", "16", "--minibatches", "1", "--epochs", "2", "--lr", "0.0005", "--gamma", "0.95",
-         "--value-coeff", "0.3", "--hidden-size", "48", "--seed", "7", "--frames", "1500"]
+         "--value-coeff", "0.3", "--hidden-size", "48", "--activation", "relu", "--seed", "7", "--frames", "1500"]
 
 
 def saved_config(train_dir: Path) -> dict:
@@ -47,8 +49,10 @@ def test_resume_keeps_saved_settings_and_prints_each_change(first_run: Path, tmp
     after = saved_config(tmp_path)
     assert after["lr"] == 0.0001 and after["frames"] == 3000
     for name in ("env", "gamma", "value_coeff", "hidden_size", "seed", "workers", "envs_per_worker", "rollout",
-                 "batch_size", "epochs", "minibatches", "entropy_coeff", "vtrace_c", "lr_schedule"):
+                 "batch_size", "epochs", "minibatches", "entropy_coeff", "vtrace_c", "lr_schedule", "activation"):
         assert after[name] == before[name], f"{name}: saved {before[name]!r}, resumed with {after[name]!r}"
+    units = {type(m).__name__ for m in asyncrl.load_policy(str(tmp_path / "r")).head.modules()}
+    assert "ReLU" in units and "Tanh" not in units, units  # the loaded policy is the --activation relu model
 
 
 def test_resume_refuses_another_env_or_model_shape(first_run: Path, tmp_path: Path) -> None:
@@ -59,4 +63,6 @@ def test_resume_refuses_another_env_or_model_shape(first_run: Path, tmp_path: Pa
                       "--hidden-size 48", "--hidden-size 64")
     assert_user_error(run_cli(["--resume", "--experiment", "r", "--env", "Acrobot-v1"], tmp_path),
                       "'CartPole-v1'", "Acrobot-v1")
+    assert_user_error(run_cli(["--resume", "--experiment", "r", "--activation", "tanh"], tmp_path),
+                      "--activation relu", "--activation tanh")
     assert saved_config(tmp_path) == before  # a refused resume leaves the run as it was

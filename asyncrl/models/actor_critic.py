@@ -70,7 +70,7 @@ class ActorCritic(nn.Module):
     vector key."""
 
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
-                 core: Callable[[int], nn.Module] | None = None):
+                 core: Callable[[int], nn.Module] | None = None, activation: str = "tanh"):
         super().__init__()
         self.discrete = spec.discrete
         self.nvec = spec.nvec  # MultiDiscrete component sizes, () otherwise
@@ -78,7 +78,8 @@ class ActorCritic(nn.Module):
         image = len(spec.obs_shape) == 3
         self.dict_obs = spec.is_dict
         self.masked = spec.masked  # an `action_mask` key: masks the logits, never reaches the encoder
-        self.encoder, self.value_encoder = make_encoders(spec, hidden_size, encoder, shared_value=core is not None)
+        self.encoder, self.value_encoder = make_encoders(spec, hidden_size, encoder, shared_value=core is not None,
+                                                         activation=activation)
         width = self.encoder.out_features
         if core is not None:  # `core(width)`: between the encoder and both heads (RecurrentActorCritic)
             self.core = core(width)
@@ -163,8 +164,8 @@ class ActorCritic(nn.Module):
         return actions, self.distribution(out).log_prob(actions)
 
 
-def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO,
-                  shared_value: bool = False) -> tuple[nn.Module, nn.Module | None]:
+def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO, shared_value: bool = False,
+                  activation: str = "tanh") -> tuple[nn.Module, nn.Module | None]:
     """(the policy's encoder, the value's own encoder or None when the value reads the policy's features).
 
     `name` is `--encoder`: auto (the Nature CNN for images, a policy and a value MLP for vectors and for frames
@@ -183,13 +184,14 @@ def make_encoders(spec: EnvSpec, hidden_size: int, name: str = AUTO,
         return UserEncoder(name, factory, spec, hidden_size), None
     if spec.is_dict:
         image_encoder = resolve(ENCODERS[name]) if name in ENCODERS else nature_cnn
-        return DictEncoder(spec.feature_keys, hidden_size, image_encoder, value_mlps=not shared_value), None
+        return DictEncoder(spec.feature_keys, hidden_size, image_encoder, value_mlps=not shared_value,
+                           activation=activation), None
     if len(spec.obs_shape) == 3 and ((name == AUTO and spec.has_image) or name in IMAGE_ENCODERS):
         if name in IMAGE_ENCODERS:
             return resolve(ENCODERS[name])(tuple(spec.obs_shape), hidden_size), None
         return NatureCNN(*spec.obs_shape), None
     width = int(np.prod(spec.obs_shape))
-    return MLP(width, hidden_size), None if shared_value else MLP(width, hidden_size)
+    return MLP(width, hidden_size, activation), None if shared_value else MLP(width, hidden_size, activation)
 
 
 class RecurrentActorCritic(ActorCritic):
@@ -205,9 +207,9 @@ class RecurrentActorCritic(ActorCritic):
     core: RecurrentCore
 
     def __init__(self, spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
-                 rnn: str = "gru", rnn_size: int = 512, rnn_layers: int = 1):
+                 rnn: str = "gru", rnn_size: int = 512, rnn_layers: int = 1, activation: str = "tanh"):
         super().__init__(spec, hidden_size, normalize_obs, encoder,
-                         core=lambda width: build_core(rnn, width, rnn_size, rnn_layers))
+                         core=lambda width: build_core(rnn, width, rnn_size, rnn_layers), activation=activation)
 
     # ----- the acting contract -----
     def state_layout(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -306,12 +308,12 @@ def sample_actions(out: torch.Tensor, discrete: bool, nvec: tuple[int, ...], par
 
 
 def build_model(spec: EnvSpec, hidden_size: int = 64, normalize_obs: bool = False, encoder: str = AUTO,
-                rnn: str = NO_CORE, rnn_size: int = 512, rnn_layers: int = 1) -> ActorCritic:
+                rnn: str = NO_CORE, rnn_size: int = 512, rnn_layers: int = 1, activation: str = "tanh") -> ActorCritic:
     """The actor-critic for `spec`: feed-forward without `rnn`, a `RecurrentActorCritic` with --rnn gru|lstm.
     EncoderError (one line) for a user's --encoder that cannot be built or does not fit."""
     if rnn == NO_CORE:
-        return ActorCritic(spec, hidden_size, normalize_obs, encoder)
-    return RecurrentActorCritic(spec, hidden_size, normalize_obs, encoder, rnn, rnn_size, rnn_layers)
+        return ActorCritic(spec, hidden_size, normalize_obs, encoder, activation=activation)
+    return RecurrentActorCritic(spec, hidden_size, normalize_obs, encoder, rnn, rnn_size, rnn_layers, activation)
 
 
 def flat_state(model: nn.Module) -> list[torch.Tensor]:

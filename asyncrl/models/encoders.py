@@ -100,11 +100,12 @@ class Tanh(nn.Module):
 
 
 class MLP(nn.Module):
-    """Two tanh layers, as in most PPO baselines for low-dimensional control."""
+    """Two hidden layers: tanh, as in most PPO baselines for low-dimensional control, or ReLU (`--activation`)."""
 
-    def __init__(self, in_features: int, hidden: int = 64):
+    def __init__(self, in_features: int, hidden: int = 64, activation: str = "tanh"):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_features, hidden), Tanh(), nn.Linear(hidden, hidden), Tanh())
+        unit = {"tanh": Tanh, "relu": nn.ReLU}[activation]
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), unit(), nn.Linear(hidden, hidden), unit())
         self.out_features = hidden
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -198,13 +199,14 @@ class DictEncoder(nn.Module):
     """
 
     def __init__(self, keys: tuple[ObsKey, ...], hidden: int = 64, image_encoder: EncoderFactory = nature_cnn,
-                 value_mlps: bool = True):
+                 value_mlps: bool = True, activation: str = "tanh"):
         super().__init__()
         self.image_keys = frozenset(k.key for k in keys if k.image)
         self.encoders = nn.ModuleDict({
-            k.key: image_encoder(k.shape, hidden) if k.image else MLP(int(np.prod(k.shape)), hidden) for k in keys
+            k.key: image_encoder(k.shape, hidden) if k.image else MLP(int(np.prod(k.shape)), hidden, activation)
+            for k in keys
         })
-        self.value_encoders = nn.ModuleDict({k.key: MLP(int(np.prod(k.shape)), hidden) for k in keys
+        self.value_encoders = nn.ModuleDict({k.key: MLP(int(np.prod(k.shape)), hidden, activation) for k in keys
                                              if not k.image and value_mlps})
         self.out_features = sum(e.out_features for e in self.encoders.values())
 

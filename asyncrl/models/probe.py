@@ -65,7 +65,8 @@ def _build_model_here(cfg: Config, spec: Any) -> str:
 
     torch.set_num_threads(1)
     try:
-        build_model(spec, cfg.hidden_size, cfg.normalize_obs, cfg.encoder, cfg.rnn, cfg.rnn_size, cfg.rnn_layers)
+        build_model(spec, cfg.hidden_size, cfg.normalize_obs, cfg.encoder, cfg.rnn, cfg.rnn_size, cfg.rnn_layers,
+                    cfg.activation)
     except EncoderError as exc:
         return str(exc)
     return ""

@@ -73,7 +73,7 @@ class APPOLearner:
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> ActorCritic:
         """The actor-critic the policy workers act with (the learner trains the same one)."""
         model = build_model(spec, cfg.hidden_size, cfg.normalize_obs, cfg.encoder, cfg.rnn, cfg.rnn_size,
-                            cfg.rnn_layers).to(device)
+                            cfg.rnn_layers, cfg.activation).to(device)
         model.compute_dtype = resolve_precision(cfg.precision, device, spec.has_image)
         return model
 

@@ -43,12 +43,15 @@ def model_meta(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
         meta.update(hidden_size=cfg.hidden_size, normalize_obs=cfg.normalize_obs)
     if cfg.encoder != MODEL_DEFAULTS["encoder"]:  # recorded when not the default (a run from before has neither)
         meta["encoder"] = cfg.encoder
+    if cfg.activation != MODEL_DEFAULTS["activation"]:
+        meta["activation"] = cfg.activation
     if cfg.rnn != MODEL_DEFAULTS["rnn"]:
         meta.update(rnn=cfg.rnn, rnn_size=cfg.rnn_size, rnn_layers=cfg.rnn_layers)
     return meta
 
 
-MODEL_DEFAULTS = {"encoder": "auto", "rnn": "none", "rnn_size": None, "rnn_layers": None}  # absent from meta.json
+# absent from meta.json when so (and in runs from before the setting)
+MODEL_DEFAULTS = {"encoder": "auto", "activation": "tanh", "rnn": "none", "rnn_size": None, "rnn_layers": None}
 
 
 def meta_path(run_dir: str) -> str:
@@ -92,7 +95,7 @@ def check_resume(cfg: Config, spec: EnvSpec) -> None:
             was, given = saved.get(key, default), now.get(key, default)
             raise ConfigError(f"{where} were trained with {_flag(key, was) if was is not None else 'no --rnn'}, "
                               f"which conflicts with {_flag(key, given) if given is not None else 'no --rnn'}: the "
-                              f"model's shape cannot change on resume; start a new --experiment")
+                              f"model cannot change on resume; start a new --experiment")
     for key in ("hidden_size", "normalize_obs"):
         if key in saved and key in now and saved[key] != now[key]:
             raise ConfigError(f"{where} were trained with {_flag(key, saved[key])}, which conflicts with "
