@@ -74,6 +74,8 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         stats.add(key, 0)
     stats.extend("episodes", [])
     serving = False  # until the first actions arrive, the wait is the policy workers' start-up, not a stage
+    stepped, budget = channels.live["stepped"], channels.live["step_budget"]
+    budget_told = False  # reported at once when the session's steps reached the --frames budget
     curricula = [split for split, env in enumerate(envs) if env.wants_training_info]
     info_seen = 0.0
     while True:
@@ -123,6 +125,10 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         stats.add("t_wait", t1 - t0)
         stats.add("t_env", t2 - t1)
         stats.add("env_steps", agent_steps)
+        stepped[worker] += agent_steps
+        if not budget_told and 0 < budget[0] <= stepped.sum():
+            stats.maybe_report(force=True)  # the runner stops on reported steps: do not keep it a second
+            budget_told = True
         t += 1
         if t == cfg.rollout:
             carry[split][...] = obs[slot, t]  # the bootstrap observation starts the next trajectory

@@ -313,10 +313,18 @@ class Runner:
                 self.totals.expect_learner_stats(payload.get("stats", ()))
                 self._restore(payload.get("run") or {})
                 self._start_population(payload.get("policies") or [])
+                self._publish_step_budget()
                 return
             self._handle(kind, payload)
         if self.stop_reason is None:
             raise RunError("the learner did not start within 300 s")
+
+    def _publish_step_budget(self) -> None:
+        """The agent steps left to --frames, for the rollout workers to report at once when they are taken (in
+        lockstep every rollout is reported anyway)."""
+        if self.cfg.frames and not self.cfg.deterministic:
+            left = -(-self.cfg.frames // self.spec.frameskip) - self.totals.env_steps
+            self.channels.live["step_budget"][0] = max(1, left)
 
     def _start_population(self, settings: list[dict[str, float]]) -> None:
         """--num-policies > 1: per-policy totals, and with --pbt the exploit/explore schedule."""

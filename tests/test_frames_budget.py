@@ -1,0 +1,77 @@
+"""--frames stops a run within a step of the budget: the rollout worker whose steps bring the session's total to the
+runner's `step_budget` reports them at once, not at its next one-second report (asyncrl/runtime/plumbing/liveness.py).
+
+The real policy worker and rollout worker are forked here from a hand-built wiring, as the runner forks them; the
+learner's weights are published once and never change."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import time
+from queue import Empty
+
+import pytest
+import torch
+
+from asyncrl.agents.appo.learner import APPOLearner
+from asyncrl.envs.registry import make_env_spec
+from asyncrl.resolve import config_from_flags
+from asyncrl.runtime.plumbing.wiring import build_wiring
+from asyncrl.runtime.roles.learner import WeightsPublisher
+
+ENVS = 4  # one split: each step of the worker is 4 agent steps
+EVERY_S = 1.0  # the rollout worker's report interval (asyncrl/runtime/plumbing/interval_stats.py)
+
+
+def first_rollout_report(budget: int) -> tuple[dict, float]:
+    """The first report of a rollout worker run with `step_budget` = `budget` (0: none), and the seconds from the
+    first action request to that report."""
+    cfg = config_from_flags(env="CartPole-v1", workers=1, envs_per_worker=ENVS, worker_splits=1, rollout=8,
+                            batch_size=32, device="cpu", train_dir="/tmp")
+    spec = make_env_spec(cfg)
+    wiring = build_wiring(cfg, spec)
+    learner = APPOLearner(cfg, spec, torch.device("cpu"))
+    WeightsPublisher(learner.policy_module(), wiring.weights[0]).publish(1)
+    wiring.channels.live["step_budget"][0] = budget
+    children = []
+    for proc in wiring.processes:
+        if proc.name in ("policy-0", "rollout-0"):
+            target = getattr(importlib.import_module(proc.module), proc.function)
+            children.append(mp.get_context("fork").Process(target=target, args=proc.args, daemon=True))
+    for child in children:
+        child.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                kind, _, _, payload = wiring.channels.reports.get(timeout=1.0)
+            except Empty:
+                continue
+            if kind == "rollout" and payload["env_steps"] > 0:
+                return payload, payload["t_total"]
+            full = wiring.channels.full
+            try:  # keep slots circulating as the learner would
+                wiring.channels.free.put(full.get(block=False))
+            except Empty:
+                pass
+        pytest.fail("no rollout report with steps within 60 s")
+    finally:
+        wiring.channels.request_stop()
+        for child in children:
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+                child.join()
+        wiring.close()
+
+
+def test_the_step_that_reaches_the_budget_is_reported_at_once() -> None:
+    payload, waited = first_rollout_report(budget=ENVS)  # reached by the worker's first step
+    assert payload["env_steps"] >= ENVS
+    assert waited < EVERY_S / 2, f"reported {waited:.2f} s after the budget's step, as at the usual interval"
+
+
+def test_without_a_budget_the_worker_reports_each_second() -> None:
+    _, waited = first_rollout_report(budget=0)
+    assert waited >= EVERY_S
