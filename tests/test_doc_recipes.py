@@ -4,9 +4,10 @@ The docs run one after another (README first) in one directory, as in a checkout
 blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/` and `tests/`. So a
 recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
 
-* `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET and `--seconds` dropped (the off-policy
-  algorithms get their own budgets; SMALLER shrinks the 4,096-env example, SLOW_START_LAYOUT Atari and VizDoom); the
-  run must exit 0 and save a checkpoint of a trained policy (version >= 1).
+* `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET, or for APPO to what its first update takes
+  (`first_update_frames`), and `--seconds` dropped (the off-policy algorithms get their own budgets; SMALLER shrinks
+  the 4,096-env example, SLOW_START_LAYOUT Atari and VizDoom); the run must exit 0 and save a checkpoint of a trained
+  policy (version >= 2: version 1 is the first, untrained weights).
   Placeholders are filled in as tests/doc_commands.py says; a command with seed S runs for S = 0, 1 and 2. A
   command that writes where an earlier one did (README's list of alternatives) first moves that run aside.
 * A command whose settings equal an earlier one's but for NOT_SHAPE (budget, seed, names, where metrics go) is not
@@ -49,7 +50,7 @@ from tests.doc_commands import (
     train_argv,
 )
 
-BUDGET = "600"  # --frames of every training run: each stops after its first update
+BUDGET = "600"  # --frames of every training run, raised to FIRST_UPDATE's where that is more
 # enough for each of the preset's envs to end an episode that a later curve or comparison reads (on a quiet machine
 # the first update's overshoot does it; under load it may not): PPO on Pendulum has 16 envs of 200 steps
 EPISODE_BUDGET = {"Pendulum-v1": "3600"}
@@ -58,7 +59,9 @@ EPISODE_BUDGET = {"Pendulum-v1": "3600"}
 # per step, not its 20
 OFF_POLICY_BUDGET = {"--frames": "1700", "--learning-starts": "1600"}
 REDQ_BUDGET = {"--frames": "450", "--learning-starts": "400", "--utd": "1"}
-RUN_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # tools.md's --wandb lines: nothing leaves the machine
+RUN_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true",  # tools.md's --wandb lines: nothing leaves the machine
+           # gymnax envs: unoptimised XLA compiles in half the CPU and steps the same envs (tests/test_gymnax_env.py)
+           "XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))}
 # what a run's shape does not depend on: two commands that differ only here train the same thing
 NOT_SHAPE = ("frames", "seconds", "seed", "experiment", "train_dir", "run_dir", "resume",
              "wandb_project", "wandb_group", "wandb_tags")
@@ -105,6 +108,14 @@ SLOW_START_ENVS = ("atari_", "doom_")
 SLOW_START_LAYOUT = {"--envs-per-worker": "2", "--batch-size": "256"}
 MAIN_JOB = re.compile(r"--frames 10000000 |--resume ")
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"}}  # the runs' length, not 1,000 steps
+FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
+
+
+def first_update_frames(cfg: Config) -> int:
+    """The --frames after which an APPO run has trained on its first batch: a whole batch in finished trajectories
+    while every env may still be filling one more (a --frames stop trains on the whole batches collected)."""
+    skip = next((n for prefix, n in FRAMESKIP.items() if cfg.env.startswith(prefix)), 1)
+    return (cfg.batch_size + cfg.workers * cfg.envs_per_worker * cfg.rollout) * skip
 
 
 def not_here(command: DocCommand) -> str | None:
@@ -209,6 +220,9 @@ class DocSession:
         if cfg.env.startswith(SLOW_START_ENVS) and not MAIN_JOB.search(" ".join(words) + " "):
             argv = replaced(argv, SLOW_START_LAYOUT)
             cfg = resolved(argv, cwd)
+        if cfg.algo == "appo" and "--resume" not in argv and cfg.frames < first_update_frames(cfg):
+            argv = replaced(argv, {"--frames": str(first_update_frames(cfg))})
+            cfg = resolved(argv, cwd)
         key, run_dir = shape(cfg, cwd)
         resume = "--resume" in argv
         if not resume and run_dir.exists():  # an earlier alternative wrote there: keep it aside
@@ -226,7 +240,8 @@ class DocSession:
             result = launcher.run("train", argv, cwd=cwd, env=env, timeout=240)
         self.check(result, where)
         final = re.search(r"final checkpoint \S+ \(policy version (\d+)", result.stdout)
-        assert final and int(final.group(1)) >= (0 if resume else 1), f"{where}: no trained policy\n{result.stdout}"
+        # version 1 is the untrained first weights: a new run must end with an update
+        assert final and int(final.group(1)) >= (0 if resume else 2), f"{where}: no trained policy\n{result.stdout}"
         assert list((run_dir / "checkpoints").glob("*.pt")), f"{where}: no checkpoint in {run_dir}"
         if not resume:
             self.trained[key] = run_dir

@@ -75,3 +75,41 @@ def test_the_step_that_reaches_the_budget_is_reported_at_once() -> None:
 def test_without_a_budget_the_worker_reports_each_second() -> None:
     _, waited = first_rollout_report(budget=0)
     assert waited >= EVERY_S
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_a_frames_stop_trains_the_whole_batches_already_collected(drain: bool, tmp_path) -> None:
+    """The learner process finds a whole batch on the full queue and the runner's stop command already waiting: at a
+    --frames stop (`drain`) it trains on the batch before its final checkpoint; at any other stop it saves at once."""
+    import numpy as np
+
+    from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
+
+    cfg = config_from_flags(env="CartPole-v1", workers=1, envs_per_worker=ENVS, worker_splits=1, rollout=8,
+                            batch_size=64, device="cpu", train_dir=str(tmp_path), experiment="drain")
+    spec = make_env_spec(cfg)
+    wiring = build_wiring(cfg, spec)
+    traj, channels = wiring.traj, wiring.channels
+    slots = [channels.free.get(timeout=5) for _ in range(cfg.trajectories_per_batch)]
+    for slot in slots:  # finished trajectories of a uniform policy at version 1
+        traj["valid"][slot] = True
+        traj["logp"][slot] = np.log(0.5)
+        traj["versions"][slot] = 1
+        traj["obs"][slot] = np.random.default_rng(slot).standard_normal(traj["obs"][slot].shape) * 0.1
+    channels.full.put_many(slots)
+    channels.request_stop()
+    channels.learner_cmds.put(("stop", 16, {}, drain))
+    proc = next(p for p in wiring.processes if p.name == "learner")
+    target = getattr(importlib.import_module(proc.module), proc.function)
+    learner = mp.get_context("fork").Process(target=target, args=proc.args, daemon=True)
+    learner.start()
+    try:
+        learner.join(120)
+        assert learner.exitcode == 0
+        _, state = load_latest_checkpoint(cfg.run_dir)
+    finally:
+        if learner.is_alive():
+            learner.kill()
+            learner.join()
+        wiring.close()
+    assert state["learner"]["version"] == (2 if drain else 1)  # 1: the first weights, published untrained

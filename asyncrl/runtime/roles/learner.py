@@ -343,9 +343,28 @@ class LearnerLoop:
             self.publishers[into].publish(self.learners[into].version)
             return False
         name, steps, *extra = command
+        if name == "stop" and len(extra) > 1 and extra[1]:
+            self._train_collected()
         self.env_steps = max(self.env_steps, steps)
         self.save(self.env_steps, extra[0] if extra else {})
         return name == "stop"
+
+    def _train_collected(self) -> None:
+        """At a --frames stop: train on every whole batch of trajectories finished before it, so that a budget of a
+        batch (plus the slots still filling) ends with that batch trained on. Not under torchrun, whose ranks
+        must take the same number of updates."""
+        if not self.cfg.train or self.group is not None:
+            return
+        k = self.cfg.trajectories_per_batch
+        while True:
+            try:
+                self.pending.extend(self.channels.full.get_many(block=False, max_messages_to_get=k - len(self.pending)))
+            except Empty:
+                return
+            if len(self.pending) >= k:
+                self._update()
+                if any(m.nonfinite_streak >= NONFINITE_LIMIT for m in self.learners):
+                    return
 
     def _collect(self) -> bool:
         """Take full slots off the queue for a short while; True once a whole batch is pending."""

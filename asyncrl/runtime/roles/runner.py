@@ -427,11 +427,18 @@ class Runner:
         self.shutting_down = True
         ch = self.channels
         ch.request_stop()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        # At a --frames stop the learner first trains on the whole batches already collected: once the rollout
+        # workers have left, so that none is still handing over a slot (not in lockstep, not under torchrun).
+        drain = self.stop_reason == "frames" and not self.cfg.deterministic and self.ranks is None
+        if drain:
+            for name, proc in self.procs.items():
+                if name.startswith("rollout-"):
+                    proc.join(timeout=max(0.0, deadline - time.monotonic()))
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
-            ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state()))
+            ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state(), drain))
         saved_before = self.supervisor.last_saved
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         for name, proc in self.procs.items():
             if name != "learner":
                 proc.join(timeout=max(0.0, deadline - time.monotonic()))
