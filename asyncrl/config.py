@@ -279,7 +279,9 @@ class Config:
         "help": "td3: std of the Gaussian noise added to the deterministic actor's actions, in half action ranges"})
     train: bool = field(default=True, metadata={"help": "learn; --no-train only samples (throughput benchmarks)"})
     # --- run ---
-    frames: int = field(default=0, metadata={"help": "stop after this many emulator frames (0: no limit)"})
+    frames: int = field(default=0, metadata={"help": "stop after this many emulator frames (0: no limit), within a "
+                                                 "step of it; the learner first trains on the whole batches already "
+                                                 "collected"})
     seconds: float = field(default=0.0, metadata={"help": "stop after this many seconds (0: no limit)"})
     train_dir: str = field(default="train_dir", metadata={"help": "where experiments are written"})
     experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
