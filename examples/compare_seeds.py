@@ -2,7 +2,7 @@
 asyncrl-compare's IQM, bootstrap CI, probability of improvement and frames to a threshold.
 
     .venv/bin/python examples/compare_seeds.py                          # 2 x 3 runs of 150k env steps
-    .venv/bin/python examples/compare_seeds.py --frames 600 --seeds 0   # a smoke run
+    .venv/bin/python examples/compare_seeds.py --frames 4000 --seeds 0  # a smoke run (every env ends an episode)
 
 Runs go to RUNS/lr-<value>/seed<S> (one directory of seeds per setting, as asyncrl-compare reads them).
 asyncrl-sweep (docs/tools.md) does the same from a file, several runs at a time.

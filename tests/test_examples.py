@@ -65,7 +65,7 @@ def test_two_ranks_example_runs_both_ranks(tmp_path: Path) -> None:
 
 
 def test_compare_seeds_example_writes_the_comparison(tmp_path: Path) -> None:
-    out = run([sys.executable, str(EXAMPLES / "compare_seeds.py"), "--frames", "600", "--seeds", "0"], tmp_path)
+    out = run([sys.executable, str(EXAMPLES / "compare_seeds.py"), "--frames", "4000", "--seeds", "0"], tmp_path)
     assert "IQM" in out and "P(A>B)" in out
     summary = json.loads((tmp_path / "runs" / "compare" / "summary" / "summary.json").read_text())
     assert summary

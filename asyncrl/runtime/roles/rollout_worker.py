@@ -163,6 +163,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
             if info is not None:
                 for s in curricula:
                     envs[s].set_training_info(info)
+    stats.maybe_report(force=True)  # the steps since the last report: the run's final record counts every step
     _close(envs)
 
 

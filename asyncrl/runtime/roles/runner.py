@@ -367,7 +367,9 @@ class Runner:
                 self.stop_reason = "seconds"
             if self.ranks is not None:  # torchrun: the group's agreed stop
                 self.stop_reason = self.ranks.group_stop(self.stop_reason, self.totals)
-            time.sleep(0.05)
+            if self.stop_reason is None:
+                self._wait_for_reports(0.05)
+        self._stop_sampling()
         self._final_evaluation()
         # A last record for the tail of the run, so the final totals (frames, episodes) are always in
         # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
@@ -377,6 +379,18 @@ class Runner:
         if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+
+    def _stop_sampling(self) -> None:
+        """Stop the rollout workers at once and wait for them (each reports its last steps as it leaves), so the
+        final record counts every step taken, and the learner's last batches (a --frames stop) are no more than
+        that. In lockstep every step is counted already; under torchrun the group's stop is agreed first."""
+        if self.cfg.deterministic or self.ranks is not None:
+            return
+        self.channels.request_stop()
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        for name, proc in self.procs.items():
+            if name.startswith("rollout-"):
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _frames_done(self) -> bool:
         return bool(self.cfg.frames) and self.totals.env_steps * self.spec.frameskip >= self.cfg.frames
@@ -428,13 +442,9 @@ class Runner:
         ch = self.channels
         ch.request_stop()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        # At a --frames stop the learner first trains on the whole batches already collected: once the rollout
-        # workers have left, so that none is still handing over a slot (not in lockstep, not under torchrun).
+        # At a --frames stop the learner first trains on the whole batches already collected (the rollout workers
+        # have left: `_stop_sampling`; not in lockstep, not under torchrun).
         drain = self.stop_reason == "frames" and not self.cfg.deterministic and self.ranks is None
-        if drain:
-            for name, proc in self.procs.items():
-                if name.startswith("rollout-"):
-                    proc.join(timeout=max(0.0, deadline - time.monotonic()))
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
             ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state(), drain))
@@ -456,6 +466,16 @@ class Runner:
                                            f"its last heartbeat and was killed")
 
     # ----- statistics -----
+    def _wait_for_reports(self, timeout: float) -> None:
+        """Sleep until reports arrive (handled at once: a --frames budget is seen as soon as it is reported) or
+        `timeout` s pass."""
+        try:
+            messages = self.channels.reports.get_many(timeout=timeout, max_messages_to_get=1000)
+        except Empty:
+            return
+        for kind, _, _, payload in messages:
+            self._handle(kind, payload)
+
     def _drain_reports(self, skip_fatal: bool = False) -> None:
         while True:
             try:
