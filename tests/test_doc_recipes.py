@@ -14,7 +14,8 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
 * The other console scripts and `python scripts/...`: as written, made shorter by SHORTER (enjoy plays one short
-  episode, compare cuts at the budget); the files named by `--out` / `--video` must exist afterwards.
+  episode, compare's --at-frames cuts where every run it reads has come); the files named by `--out` / `--video`
+  must exist afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
 """
 
@@ -186,6 +187,17 @@ def venv_bin(name: str) -> str:
     return str(local if local.exists() else Path(sys.executable).parent / name)
 
 
+def reached_by_all(args: list[str], cwd: Path) -> int:
+    """The frames every run of asyncrl-compare's groups (its positional arguments) reached: where --at-frames cuts
+    runs whose budgets this test set."""
+    groups = [cwd / a for a in args if not a.startswith("-") and (cwd / a).is_dir()]
+    finals = []
+    for metrics in (m for group in groups for m in group.glob("*/metrics.jsonl")):
+        frames = [json.loads(line).get("frames") for line in metrics.read_text().splitlines()]
+        finals.append(max((f for f in frames if f is not None), default=0))
+    return min(finals, default=int(BUDGET))
+
+
 class DocSession:
     """The directory every doc runs in, and the runs trained there so far by their settings (NOT_SHAPE aside)."""
 
@@ -250,7 +262,7 @@ class DocSession:
         name, args = TOOLS[words[0]], words[1:]
         args = replaced(args, SHORTER.get(name, {}))
         if name == "compare" and "--at-frames" in args:
-            args = replaced(args, {"--at-frames": BUDGET})
+            args = replaced(args, {"--at-frames": str(reached_by_all(args, cwd))})
         self.check(launcher.run(name, args, cwd=cwd, env=RUN_ENV, timeout=240), where)
         self.check_outputs(args, cwd, where)
 
