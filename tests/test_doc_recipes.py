@@ -14,8 +14,8 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
 * The other console scripts and `python scripts/...`: as written, made shorter by SHORTER (enjoy plays one short
-  episode, compare's --at-frames cuts where every run it reads has come); the files named by `--out` / `--video`
-  must exist afterwards.
+  episode, compare's --at-frames cuts where every run it reads has come, `common_cut`); the files named by `--out` /
+  `--video` must exist afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
 """
 
@@ -187,15 +187,19 @@ def venv_bin(name: str) -> str:
     return str(local if local.exists() else Path(sys.executable).parent / name)
 
 
-def reached_by_all(args: list[str], cwd: Path) -> int:
-    """The frames every run of asyncrl-compare's groups (its positional arguments) reached: where --at-frames cuts
-    runs whose budgets this test set."""
+def common_cut(args: list[str], cwd: Path) -> int | None:
+    """Where asyncrl-compare's --at-frames can cut the runs of its groups (its positional arguments), whose budgets this
+    test set: the frames by which every run has a record of the compared metric and none has stopped; None when
+    there is no such point (each run's only record of the metric is its last)."""
+    metric = args[args.index("--metric") + 1] if "--metric" in args else "episode_return_mean"
     groups = [cwd / a for a in args if not a.startswith("-") and (cwd / a).is_dir()]
-    finals = []
+    firsts, finals = [], []
     for metrics in (m for group in groups for m in group.glob("*/metrics.jsonl")):
-        frames = [json.loads(line).get("frames") for line in metrics.read_text().splitlines()]
-        finals.append(max((f for f in frames if f is not None), default=0))
-    return min(finals, default=int(BUDGET))
+        records = [r for r in map(json.loads, metrics.read_text().splitlines()) if "frames" in r]
+        firsts.append(min((r["frames"] for r in records if r.get(metric) is not None), default=0))
+        finals.append(max((r["frames"] for r in records), default=0))
+    cut = max(firsts, default=0)
+    return cut if finals and 0 < cut <= min(finals) else None
 
 
 class DocSession:
@@ -262,7 +266,8 @@ class DocSession:
         name, args = TOOLS[words[0]], words[1:]
         args = replaced(args, SHORTER.get(name, {}))
         if name == "compare" and "--at-frames" in args:
-            args = replaced(args, {"--at-frames": str(reached_by_all(args, cwd))})
+            cut = common_cut(args, cwd)
+            args = replaced(args, {"--at-frames": str(cut)}) if cut else replaced(args, {}, drop=("--at-frames",))
         self.check(launcher.run(name, args, cwd=cwd, env=RUN_ENV, timeout=240), where)
         self.check_outputs(args, cwd, where)
 
