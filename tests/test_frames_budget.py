@@ -6,8 +6,6 @@ learner's weights are published once and never change."""
 
 from __future__ import annotations
 
-import importlib
-import multiprocessing as mp
 import time
 from queue import Empty
 
@@ -19,6 +17,7 @@ from asyncrl.envs.registry import make_env_spec
 from asyncrl.resolve import config_from_flags
 from asyncrl.runtime.plumbing.wiring import build_wiring
 from asyncrl.runtime.roles.learner import WeightsPublisher
+from tests.roles import fork_roles, stop_roles
 
 ENVS = 4  # one split: each step of the worker is 4 agent steps
 EVERY_S = 1.0  # the rollout worker's report interval (asyncrl/runtime/plumbing/interval_stats.py)
@@ -34,13 +33,7 @@ def first_rollout_report(budget: int) -> tuple[dict, float]:
     learner = APPOLearner(cfg, spec, torch.device("cpu"))
     WeightsPublisher(learner.policy_module(), wiring.weights[0]).publish(1)
     wiring.channels.live["step_budget"][0] = budget
-    children = []
-    for proc in wiring.processes:
-        if proc.name in ("policy-0", "rollout-0"):
-            target = getattr(importlib.import_module(proc.module), proc.function)
-            children.append(mp.get_context("fork").Process(target=target, args=proc.args, daemon=True))
-    for child in children:
-        child.start()
+    children = fork_roles(wiring, ("policy-0", "rollout-0"))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -57,13 +50,7 @@ def first_rollout_report(budget: int) -> tuple[dict, float]:
                 pass
         pytest.fail("no rollout report with steps within 60 s")
     finally:
-        wiring.channels.request_stop()
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join()
-        wiring.close()
+        stop_roles(wiring, children)
 
 
 def test_the_step_that_reaches_the_budget_is_reported_at_once() -> None:
@@ -99,17 +86,11 @@ def test_a_frames_stop_trains_the_whole_batches_already_collected(drain: bool, t
     channels.full.put_many(slots)
     channels.request_stop()
     channels.learner_cmds.put(("stop", 16, {}, drain))
-    proc = next(p for p in wiring.processes if p.name == "learner")
-    target = getattr(importlib.import_module(proc.module), proc.function)
-    learner = mp.get_context("fork").Process(target=target, args=proc.args, daemon=True)
-    learner.start()
+    children = fork_roles(wiring, ("learner",))
     try:
-        learner.join(120)
-        assert learner.exitcode == 0
+        children[0].join(120)
+        assert children[0].exitcode == 0
         _, state = load_latest_checkpoint(cfg.run_dir)
     finally:
-        if learner.is_alive():
-            learner.kill()
-            learner.join()
-        wiring.close()
+        stop_roles(wiring, children)
     assert state["learner"]["version"] == (2 if drain else 1)  # 1: the first weights, published untrained

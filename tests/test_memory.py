@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests import launcher
+from tests.roles import fork_roles, stop_roles
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 COMMON = ["--env", "memory_envs:make_cue", "--rollout", "8", "--report-interval", "1", "--device", "cpu"]
@@ -89,8 +90,6 @@ def test_the_learner_re_runs_exactly_the_states_the_policy_worker_acted_from(cor
     gives every acted step's log-probability exactly. It differs wherever acting and learning disagree on the
     state: a policy worker that does not reset it at episode starts, one that resets it at a slot boundary (or a
     rollout worker that does not hand row T over), a `first` flag written at the wrong step."""
-    import importlib
-    import multiprocessing as mp
 
     import numpy as np
     import torch
@@ -109,13 +108,7 @@ def test_the_learner_re_runs_exactly_the_states_the_policy_worker_acted_from(cor
     torch.manual_seed(0)
     learner = APPOLearner(cfg, spec, torch.device("cpu"))
     WeightsPublisher(learner.policy_module(), wiring.weights[0]).publish(1)
-    children = []
-    for proc in wiring.processes:
-        if proc.name in ("policy-0", "rollout-0"):
-            target = getattr(importlib.import_module(proc.module), proc.function)
-            children.append(mp.get_context("fork").Process(target=target, args=proc.args, daemon=True))
-    for child in children:
-        child.start()
+    children = fork_roles(wiring, ("policy-0", "rollout-0"))
     taken: list[dict[str, np.ndarray]] = []  # one env split: consecutive slots, copied out as the learner would
     try:
         for _ in range(4):
@@ -123,13 +116,7 @@ def test_the_learner_re_runs_exactly_the_states_the_policy_worker_acted_from(cor
             taken.append({k: a[slot].copy() for k, a in wiring.traj.items()})
             wiring.channels.free.put(slot)
     finally:
-        wiring.channels.request_stop()
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join()
-        wiring.close()
+        stop_roles(wiring, children)
     traj = {k: np.stack([s[k] for s in taken]) for k in taken[0]}
     assert (traj["versions"] == 1).all()
     first = traj["first"]

@@ -380,11 +380,16 @@ class Runner:
             self._report_interval(time.monotonic())
         self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
+    def _stops_sampling_first(self) -> bool:
+        """Whether a stop ends sampling before the final record (`_stop_sampling`) and, at --frames, the learner
+        trains on the batches collected: not in lockstep, not under torchrun (whose ranks agree on each update)."""
+        return not self.cfg.deterministic and self.ranks is None
+
     def _stop_sampling(self) -> None:
         """Stop the rollout workers at once and wait for them (each reports its last steps as it leaves), so the
         final record counts every step taken, and the learner's last batches (a --frames stop) are no more than
         that. In lockstep every step is counted already; under torchrun the group's stop is agreed first."""
-        if self.cfg.deterministic or self.ranks is not None:
+        if not self._stops_sampling_first():
             return
         self.channels.request_stop()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
@@ -443,8 +448,8 @@ class Runner:
         ch.request_stop()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         # At a --frames stop the learner first trains on the whole batches already collected (the rollout workers
-        # have left: `_stop_sampling`; not in lockstep, not under torchrun).
-        drain = self.stop_reason == "frames" and not self.cfg.deterministic and self.ranks is None
+        # have left: `_stop_sampling`).
+        drain = self.stop_reason == "frames" and self._stops_sampling_first()
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
             ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state(), drain))
