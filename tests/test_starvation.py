@@ -13,7 +13,7 @@ from asyncrl.config import Config
 from asyncrl.runtime.plumbing.channels import Channels
 from asyncrl.runtime.plumbing.trajectories import num_slots
 from asyncrl.runtime.recovery.starvation import stale, thread_run_queue_delays
-from asyncrl.runtime.recovery.supervisor import Supervisor
+from asyncrl.runtime.recovery.supervisor import STALL_FACTOR, RunError, Supervisor
 
 LIMIT_S = 1.5  # --hang-timeout
 BURN_S = 0.06  # CPU time between two beats of the starved process: several seconds at nice 19 beside 3 hogs
@@ -108,3 +108,62 @@ def test_the_rule_excuses_waiting_up_to_a_bound() -> None:
     assert not stale(15.0, 14.0, 2.0) and stale(15.0, 12.0, 2.0)
     assert stale(20.5, 20.5, 2.0)  # 10 limits: stale whatever it waited
     assert thread_run_queue_delays(2**22 + 7) == {}  # no such process: nothing to read
+
+
+def _alive_but_idle(beats) -> None:
+    """Policy worker 0's heartbeat every 0.1 s from a process that does nothing else: alive, and the run does not
+    move (as a data path that waits on itself would leave it)."""
+    while True:
+        beats[0] = time.monotonic()
+        time.sleep(0.1)
+
+
+def _watch_stall(supervisor: Supervisor, progress: int, seconds: float) -> float | None:
+    """Check the run at a standstill (`progress` unchanged) for up to `seconds`: when it raised RunError, else None."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        try:
+            supervisor.check(progress=progress)
+        except RunError:
+            return time.monotonic() - start
+        time.sleep(0.05)
+    return None
+
+
+def test_a_run_stalled_by_starvation_waits_and_a_stalled_run_stops() -> None:
+    """The run-level stall (no env step, no update for STALL_FACTOR hang timeouts) also excuses the time its
+    processes waited for a core: a run whose only process is starved beside three hogs goes on (noted once), a
+    run whose process is alive and idle stops on time, and before the run's first move the startup grace holds."""
+    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
+                 minibatches=1, policy_workers=1, hang_timeout=LIMIT_S)
+    cfg.validate()
+    stall_s = STALL_FACTOR * LIMIT_S
+    cpu = min(os.sched_getaffinity(0))
+    for starved in (True, False):
+        channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+        beats, lines = channels.live["beat_policy"], []
+        target, args = (_starved, (cpu, beats)) if starved else (_alive_but_idle, (beats,))
+        procs = {"policy-0": FORK.Process(target=target, args=args, daemon=True)}
+        hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(3 if starved else 0)]
+        supervisor = Supervisor(cfg, channels, procs, lambda name: None, out=lines.append)
+        try:
+            for p in [*hogs, *procs.values()]:
+                p.start()
+            supervisor.spawned("policy-0")
+            if not starved:  # not moved yet: starting up, within the startup grace however long it stands
+                assert _watch_stall(supervisor, 0, stall_s + 0.5) is None, lines
+            supervisor.check(progress=0)
+            time.sleep(0.3)
+            supervisor.check(progress=1)  # the run moved once
+            stopped = _watch_stall(supervisor, 1, 1.5 * stall_s)
+            if starved:
+                assert stopped is None, lines
+                assert [line for line in lines if "starved, not stalled" in line], lines
+            else:
+                assert stopped is not None and stall_s < stopped < stall_s + 1.0, (stopped, lines)
+                assert not [line for line in lines if "starved" in line], lines
+        finally:
+            for p in [*hogs, *procs.values()]:
+                if p.pid:
+                    p.kill()
+                    p.join(timeout=5)

@@ -6,7 +6,8 @@
 - A process whose heartbeat (`asyncrl.runtime.plumbing.liveness`) is older than `--hang-timeout` is
   named, killed and handled as dead; one that never beat gets `STARTUP_GRACE_S`. Time it spent runnable
   but waiting for a core is not counted (`asyncrl.runtime.recovery.starvation`): starved is not hung.
-  The whole run also stops if neither env steps nor policy versions move for `STALL_FACTOR` hang timeouts.
+  The whole run also stops if neither env steps nor policy versions move for `STALL_FACTOR` hang timeouts (at
+  least `STARTUP_GRACE_S` before the first move), its processes' time waiting for a core again not counted.
 - More than `MAX_RESTARTS` restarts of one process within `RESTART_WINDOW_S`, a dead or hung learner, or env
   instances raising in more than `--max-env-error-rate` of the env steps over `ENV_ERROR_WINDOW_S`: the run
   stops with one line naming the cause (the runner adds which checkpoint remains).
@@ -72,6 +73,7 @@ class Member:
     cause: str | None = None  # set when the supervisor kills it
     starvation: StarvationWatch = field(default_factory=StarvationWatch)
     starved_note: float = 0.0  # the heartbeat whose overdue age was last excused as starvation (noted once)
+    stall_watch: StarvationWatch = field(default_factory=StarvationWatch)  # its waits since the run last moved
 
 
 def parse_name(name: str) -> tuple[str, int]:
@@ -149,6 +151,8 @@ class Supervisor:
         self._error_rate = EnvErrorRate(cfg)
         self._last_check = 0.0
         self._progress: tuple[object, float] = (None, time.monotonic())
+        self._progress_moved = False  # the run has moved since its first check (its processes have started)
+        self._stall_note = 0.0  # the stall whose age was last excused as starvation (noted once)
         self._env_error_printed: dict[int, float] = {}
         self._repair_lines: deque[str] = deque()
         self._repair: RepairThread | None = None
@@ -230,14 +234,33 @@ class Supervisor:
         self._died(name, proc)
 
     def _check_progress(self, progress: object, now: float) -> None:
+        """RunError when the run has not moved for `STALL_FACTOR` hang timeouts (before its first move: at least
+        `STARTUP_GRACE_S`, as its processes get), less the time its processes spent waiting for a core: on an
+        overloaded machine a run whose workers are starved (at their lower priority) is slow, not stalled."""
         value, since = self._progress
         if progress != value:
+            self._progress_moved = self._progress_moved or value is not None
             self._progress = (progress, now)
             return
         limit = STALL_FACTOR * self.cfg.hang_timeout
-        if now - since > limit:
-            raise RunError(f"no env steps and no learner updates for {now - since:.0f} s although every process "
-                           f"is alive; stopping.")
+        if not self._progress_moved:
+            limit = max(limit, STARTUP_GRACE_S)
+        age = now - since
+        if age <= limit / 2:  # the run-queue watch starts half way: the first half's waits are not excused
+            return
+        waited = max((m.stall_watch.waited_s(self.procs[m.name].pid, since, age) for m in self.members.values()
+                      if m.name in self.procs and self.procs[m.name].pid), default=0.0)
+        if age <= limit:
+            return
+        if not stale(age, waited, limit):
+            if self._stall_note != since:
+                self._stall_note = since
+                self.out(f"asyncrl: note: no env steps and no learner updates for {age:.0f} s, {waited:.0f} s of "
+                         f"it waiting for a CPU core (the machine is overloaded); starved, not stalled: waiting longer")
+            return
+        starved = f" ({waited:.0f} s of it waiting for a CPU core)" if waited >= 1 else ""
+        raise RunError(f"no env steps and no learner updates for {age:.0f} s{starved} although every process "
+                       f"is alive; stopping.")
 
     def _check_env_error_rate(self, env_steps: int, errors: int, now: float) -> None:
         self._error_rate.check(env_steps, errors, now, self.last_env_error)
