@@ -212,6 +212,13 @@ def test_value_exploding() -> None:
     assert "value_exploding" not in codes(run_records(5, value_loss=[10, 20, 40, 80, 160]))
 
 
+def test_core_saturated() -> None:
+    assert "core_saturated" in codes(run_records(3, core_saturation=[0.0, 0.02, 0.3]))
+    assert "core_saturated" not in codes(run_records(3, core_saturation=[0.3, 0.02, 0.004]))  # recovered
+    found = detect(run_records(2, core_saturation=[0.0, 0.37]))
+    assert found[0].code == "core_saturated" and "37%" in found[0].message and "--normalize-returns" in found[0].fix
+
+
 def test_fps_degrading() -> None:
     frames, total = [], 0
     for i in range(14):

@@ -215,8 +215,15 @@ def test_the_learners_unroll_equals_stepping_the_core_one_step_at_a_time(rnn: st
     assert obs.grad[0, 3].abs().sum() > 0 and obs.grad[3, 0].abs().sum() > 0
     assert obs.grad[2, 0].abs().sum() == 0  # env 0 restarts at step 3: nothing before it reaches its last value
     obs.requires_grad_(False)
+    if rnn == "lstm":  # cells that have run away (|c| > 10) are counted in the batch's stored states
+        batch.initial_state["c"][:, :, :8] = -12.0
+        batch.initial_state["c"][:, :, 8:] = 0.5
     stats = learner.train(batch, frames=0)  # epochs x minibatches of whole trajectories (env columns)
     assert learner.version == 1 and all(math.isfinite(stats[k]) for k in ("policy_loss", "value_loss", "grad_norm"))
+    if rnn == "lstm":
+        assert "core_saturation" in learner.stat_names and stats["core_saturation"] == 0.5  # 8 of the 16 units
+    else:  # a GRU's state is bounded by its gates: nothing to count
+        assert "core_saturation" not in learner.stat_names and "core_saturation" not in stats
 
 
 def test_check_resume_refuses_another_core(tmp_path: Path) -> None:
@@ -295,7 +302,9 @@ def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(
     proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", str(FRAMES), "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "train" / rnn
-    _finite_training(run_dir)
+    records = _finite_training(run_dir)
+    if rnn == "lstm":  # the share of its cells that ran away, at every update
+        assert all(0 <= r["core_saturation"] <= 1 for r in records), [r.get("core_saturation") for r in records]
     if extra:  # an evaluation of the recurrent policy: a periodic one, or the final one (the last record)
         assert any(r.get("eval_return_mean") is not None for r in read_metrics(run_dir)), read_metrics(run_dir)[-1]
     policy = load_policy(str(run_dir))

@@ -47,6 +47,7 @@ class Thresholds:
     q_divergence: float = 1.0  # off-policy critics overestimating the observed returns by this fraction (0: off)
     q_divergence_records: int = 3  # consecutive records above it before the alert
     q_divergence_min_updates: int = 0  # gradient updates before it is judged (`critic_settle_updates`)
+    core_saturation: float = 0.2  # share of an LSTM's stored cell units beyond the learner's SATURATED_CELL
 
 
 def entropy_floor(discrete: bool, num_actions: int) -> float:
@@ -219,12 +220,26 @@ def q_divergence(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  "weight decay to the critics, or reset them periodically")
 
 
+def core_saturated(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    """An LSTM whose cells have run away (`core_saturation`: the share of the stored cell units beyond |c| > 10).
+    Measured on Pong without --normalize-returns (value targets near -2): within 0.4M frames the encoder's features
+    grew 20-80x, a third of the cells counted up by one a step (|c| in the hundreds, tanh(c) stuck at +-1), and
+    the value and the policy stopped following the frames (0.27-0.35 of the cells; 0.00 with returns normalised).
+    On CartPole (targets near 100) most cells ran away (0.8-0.96) and one run learned anyway: a warning."""
+    share = records[-1].get("core_saturation")
+    if not _finite(share) or share <= th.core_saturation:
+        return None
+    return Alert("core_saturated", f"{share:.0%} of the LSTM's cell units have run away (|c| > 10 in the stored "
+                 "states: they count instead of remembering, and pass no gradient)",
+                 "--normalize-returns (large value targets drive it: on Pong it stopped learning), or --rnn gru")
+
+
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
     nonfinite, entropy_collapse, kl_high, grad_spike, value_exploding, fps_degrading, queue_growing,
-    memory_growing, returns_flat, q_divergence,
+    memory_growing, returns_flat, q_divergence, core_saturated,
 )
 CODES = ("nonfinite", "entropy_collapse", "kl_high", "grad_spike", "value_exploding", "fps_degrading",
-         "queue_growing", "memory_growing", "returns_flat", "q_divergence")
+         "queue_growing", "memory_growing", "returns_flat", "q_divergence", "core_saturated")
 
 
 def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Alert]:

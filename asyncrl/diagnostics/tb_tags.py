@@ -24,6 +24,7 @@ EXACT = {
     "sample_age_mean": "replay", "sample_lag_mean": "replay", "q_update_mean": "replay", "q_mean": "replay",
     "q_return_mean": "replay", "q_divergence": "replay",
     "worker_restarts": "health", "policy_restarts": "health", "env_errors": "health", "nonfinite_updates": "health",
+    "core_saturation": "health",
 }
 PREFIXES = (("eval_", "eval"), ("info_", "env"), ("queue_", "perf"), ("cpu_", "sys"), ("rss_", "sys"), ("gpu_", "sys"),
             ("mem_", "sys"))

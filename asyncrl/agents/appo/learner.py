@@ -29,6 +29,11 @@ from asyncrl.models.actor_critic import ActorCritic, RecurrentActorCritic, build
 from asyncrl.models.obs import map_obs
 from asyncrl.models.precision import resolve_precision
 
+CELL = "c"  # the LSTM's cell in a recurrent state (asyncrl.models.cores.LSTMCore)
+# |c| beyond this: a cell that has run away (a bounded input with a forget gate below 1 keeps |c| within a few units;
+# a forget gate stuck at 1 makes the cell count, tanh(c) stays at +-1 and passes no gradient): core_saturation
+SATURATED_CELL = 10.0
+
 
 def hyperparams(cfg: Config) -> APPOHyperparams:
     return APPOHyperparams(gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
@@ -49,6 +54,9 @@ class APPOLearner:
     def __init__(self, cfg: Config, spec: EnvSpec, device: torch.device):
         self.cfg, self.spec, self.device = cfg, spec, device
         self.model = self.build_policy(spec, cfg, device)
+        # an LSTM: how many of its cells have run away (health.core_saturated)
+        if isinstance(self.model, RecurrentActorCritic) and CELL in self.model.state_layout():
+            self.stat_names = (*self.stat_names, "core_saturation")
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
@@ -137,6 +145,8 @@ class APPOLearner:
         trained = int(mask.sum().item())
         self.samples_trained += trained
         kept_lag = batch.lag[mask.bool()]
+        if batch.initial_state and CELL in batch.initial_state:
+            out["core_saturation"] = float((batch.initial_state[CELL].abs() > SATURATED_CELL).float().mean())
         out.update(
             learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=batch.rewards.numel() - fresh,
             policy_lag_mean=float(kept_lag.float().mean()) if trained else 0.0,
