@@ -222,10 +222,11 @@ def q_divergence(records: Sequence[Record], th: Thresholds) -> Alert | None:
 
 def core_saturated(records: Sequence[Record], th: Thresholds) -> Alert | None:
     """An LSTM whose cells have run away (`core_saturation`: the share of the stored cell units beyond |c| > 10).
-    Measured on Pong without --normalize-returns (value targets near -2): within 0.4M frames the encoder's features
-    grew 20-80x, a third of the cells counted up by one a step (|c| in the hundreds, tanh(c) stuck at +-1), and
-    the value and the policy stopped following the frames (0.27-0.35 of the cells; 0.00 with returns normalised).
-    On CartPole (targets near 100) most cells ran away (0.8-0.96) and one run learned anyway: a warning."""
+    Measured on Pong without --normalize-returns (value targets near -2): the encoder's features grew from an RMS
+    of 0.3 to 1.5-24.5, a quarter to a third of the cells counted up by one a step (|c| in the hundreds, tanh(c)
+    stuck at +-1), and the value and the policy stopped following the frames (0.23-0.35 of the cells; 0.00 with
+    returns normalised).
+    On CartPole (targets near 100) 0.96 ran away and the run learned anyway: a warning, not a stop."""
     share = records[-1].get("core_saturation")
     if not _finite(share) or share <= th.core_saturation:
         return None

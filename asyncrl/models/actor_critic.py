@@ -266,6 +266,10 @@ class RecurrentActorCritic(ActorCritic):
         policy = self._policy(out.flatten(0, 1), flat).reshape(t_len, b, -1)
         return policy, self.value_head(out).squeeze(-1), before
 
+    def features(self, obs: Obs) -> torch.Tensor:
+        """obs [N, ...] -> the encoder's float32 features [N, F] (what the core reads), observations normalised."""
+        return self._features(self._normalized(obs))
+
     def _features(self, obs: Obs) -> torch.Tensor:
         """Normalised observations -> the encoder's float32 features."""
         if self.dict_obs:
