@@ -22,8 +22,11 @@ from asyncrl.models.actor_critic import build_model
 from asyncrl.runtime.store.best_checkpoint import best_path, save_best
 from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
 
-EVAL_FLAGS = ["--env", "CartPole-v1", "--frames", "4000", "--workers", "2", "--report-interval", "1",
-              "--eval-every", "1500", "--eval-episodes", "2", "--eval-video"]
+# CartPole whose steps sleep 2 ms, so the cores are free for the evaluator to finish its periodic evaluations
+# (on plain CartPole the learner keeps both cores busy and only the final one completes); one report interval
+# spans the run, so several evaluations arrive within it.
+EVAL_FLAGS = ["--env", "tests.faulty_envs:make_slow_cartpole", "--frames", "4000", "--workers", "2",
+              "--report-interval", "60", "--eval-every", "1000", "--eval-episodes", "2", "--eval-video"]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +50,10 @@ def test_eval_results_go_to_metrics_and_tensorboard(eval_run: tuple[Path, str]) 
     # The final weights are evaluated once the run has reached --frames, and that lands in the last record.
     assert "eval_return_mean" in records[-1] and records[-1]["eval_frames"] >= 4000
     assert records[-1]["eval_best_return"] == max(r["eval_return_mean"] for r in evals)
+    # Every evaluation played to the end (each wrote its video) has a record of its own, also when several
+    # arrive within one report interval (60 s here; the last periodic one and the final one always do).
+    videos = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "videos").glob("eval_*.mp4"))
+    assert len(videos) >= 2 and [r["eval_frames"] for r in evals] == videos
 
     events = [e for f in sorted((run_dir / "tb").iterdir()) for e in EventFileLoader(str(f)).Load()]
     tags = {v.tag for e in events if e.HasField("summary") for v in e.summary.value}
@@ -120,7 +127,7 @@ def test_bad_eval_flags_exit_2(flags: list[str], message: str, tmp_path: Path,
 def test_killed_evaluator_is_restarted_and_training_goes_on(tmp_path: Path, reap: list[TrainRun]) -> None:
     # 40,000 frames: a few seconds of training after the kill (--frames stops within a step; at 8,000 a quiet run
     # ended in 0.3 s, and the evaluator killed was the final evaluation's)
-    run = start_train(["--env", "CartPole-v1", "--frames", "40000", "--workers", "2", "--report-interval", "1",
+    run = start_train(["--env", "CartPole-v1", "--frames", "40000", "--workers", "2", "--report-interval", "60",
                        "--eval-every", "2000", "--eval-episodes", "1"], tmp_path / "train", "kill")
     reap.append(run)
 

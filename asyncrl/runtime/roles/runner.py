@@ -510,6 +510,8 @@ class Runner:
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
         elif kind == "eval":
+            if self.evaluation.pending:  # an earlier evaluation not yet in a record: its own record first
+                self._report_interval(time.monotonic())
             self.evaluation.receive(payload)
             self._notify("eval", {k: payload[k] for k in RESULT_KEYS if k in payload})
         elif kind in ("env_error", "saved", "save_failed"):
