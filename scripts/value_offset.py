@@ -8,7 +8,8 @@ the initial weights, then trains a fresh learner on them for `--updates` updates
 the data relabelled as fresh so that nothing is masked as stale) and prints the RMS of the encoder's features on
 one env's frames. Variants: `full` (the APPO loss as it is), `no_value` (value coefficient 0), `value_at_mean`
 (the value head's bias set so that its output starts at `--value-start`, near the V-trace targets' mean, -1.7 to
--2.1 on this data, instead of near 0).
+-2.1 on this data, instead of near 0), `center_values` (`--center-values`: the head learns the targets minus
+their running mean).
 What docs/results.md measured the LSTM's runaway features with.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.roles forks the workers as the tests do
 
-VARIANTS = ("full", "no_value", "value_at_mean")
+VARIANTS = ("full", "no_value", "value_at_mean", "center_values")
 
 
 def collect(cfg, spec, slots: int) -> dict[str, np.ndarray]:
@@ -59,6 +60,7 @@ def train(cfg, spec, traj: dict[str, np.ndarray], variant: str, updates: int, va
     from asyncrl.agents.batch import gather_batch
 
     torch.manual_seed(0)
+    cfg = dataclasses.replace(cfg, center_values=variant == "center_values")
     learner = APPOLearner(cfg, spec, torch.device("cpu"))
     model = learner.model
     probe = torch.as_tensor(traj["obs"][0, :, 0])

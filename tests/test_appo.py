@@ -60,3 +60,48 @@ def test_positive_advantage_raises_action_probability() -> None:
                         torch.ones(t, b), hp)
     loss.backward()
     assert logp.grad.item() < 0  # gradient descent increases log pi(a|s)
+
+
+def test_centered_values_read_the_head_plus_the_offset_and_fit_a_new_one() -> None:
+    """--center-values: V-trace reads head + offset, the new offset is the targets' mean gap to the head, and the
+    head learns the targets minus it (so a constant shift of the head gets no gradient)."""
+    logp, entropy, values, behaviour, rewards, dones = _batch(seed=4)
+    rewards = rewards - 3.0  # returns far below the head's values, as early Pong's
+    hp = APPOHyperparams(gamma=0.9, normalize_advantages=False)
+    mask = torch.ones_like(rewards)
+    mask[:, 2] = 0.0
+    offset = -5.0
+    _, stats = appo_loss(logp, entropy, values, behaviour, rewards, dones, mask, hp, value_offset=offset)
+    shifted = values.detach() + offset
+    ref = vtrace(behaviour, logp.detach(), rewards, shifted[:-1], shifted[-1], 0.9 * (1 - dones))
+    gap = (ref.vs - values[:-1].detach())[:, :2]
+    assert torch.allclose(stats["value_offset"], gap.mean(), atol=1e-5)
+    assert torch.allclose(stats["value_loss"], 0.5 * (gap - gap.mean()).square().mean(), atol=1e-5)
+    # The head's error has mean 0 over the trained samples: no push towards a constant.
+    bias = torch.zeros((), requires_grad=True)
+    loss, _ = appo_loss(logp, entropy, values.detach() + bias, behaviour, rewards, dones, mask, hp,
+                        value_offset=offset)
+    (grad,) = torch.autograd.grad(loss, bias)
+    assert abs(float(grad)) < 1e-5
+    # Without it, the same head is pulled towards the returns.
+    loss, _ = appo_loss(logp, entropy, values.detach() + bias, behaviour, rewards, dones, mask, hp)
+    (grad,) = torch.autograd.grad(loss, bias)
+    assert float(grad) > 0.1
+
+
+def test_the_value_offset_is_learner_state() -> None:
+    """Checkpoints, resume and PBT's exploit step carry --center-values' offset with the weights it goes with."""
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.config import Config
+    from asyncrl.envs.registry import make_env_spec
+
+    cfg = Config(env="CartPole-v1", center_values=True)
+    spec = make_env_spec(cfg)
+    saved = APPOLearner(cfg, spec, torch.device("cpu"))
+    saved.value_offset = -1.75
+    for restore in ("load_state_dict", "adopt"):
+        learner = APPOLearner(cfg, spec, torch.device("cpu"))
+        assert learner.value_offset == 0.0
+        getattr(learner, restore)(saved.state_dict() if restore == "load_state_dict" else saved)
+        assert learner.value_offset == -1.75, restore
+    assert APPOLearner(Config(env="CartPole-v1"), spec, torch.device("cpu")).value_offset is None

@@ -298,14 +298,17 @@ def _finite_training(run_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
 def test_a_recurrent_cartpole_run_trains_and_its_policy_loads_plays_and_exports(tmp_path: Path, rnn: str,
                                                                                 capsys) -> None:
-    extra = ["--eval-every", "1000", "--eval-episodes", "2"] if rnn == "gru" else []  # the evaluator carries state
+    # the evaluator carries the GRU's state; the LSTM's value head is centred (Pong's LSTM needs it)
+    extra = ["--eval-every", "1000", "--eval-episodes", "2"] if rnn == "gru" else ["--center-values"]
     proc = _train(tmp_path / "train", "--rnn", rnn, "--frames", str(FRAMES), "--experiment", rnn, *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "train" / rnn
     records = _finite_training(run_dir)
     if rnn == "lstm":  # the share of its cells that ran away, at every update
         assert all(0 <= r["core_saturation"] <= 1 for r in records), [r.get("core_saturation") for r in records]
-    if extra:  # an evaluation of the recurrent policy: a periodic one, or the final one (the last record)
+        # the offset added to the head: CartPole's discounted returns (+1 a step) are well above 0
+        assert all(math.isfinite(r["value_offset"]) for r in records) and records[-1]["value_offset"] > 2, records[-1]
+    else:  # an evaluation of the recurrent policy: a periodic one, or the final one (the last record)
         assert any(r.get("eval_return_mean") is not None for r in read_metrics(run_dir)), read_metrics(run_dir)[-1]
     policy = load_policy(str(run_dir))
     assert isinstance(policy, RecurrentPolicy) and policy.recurrent

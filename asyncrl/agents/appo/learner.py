@@ -57,6 +57,8 @@ class APPOLearner:
         # an LSTM: how many of its cells have run away (health.core_saturated)
         if isinstance(self.model, RecurrentActorCritic) and CELL in self.model.state_layout():
             self.stat_names = (*self.stat_names, "core_saturation")
+        if cfg.center_values:
+            self.stat_names = (*self.stat_names, "value_offset")
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
@@ -66,6 +68,9 @@ class APPOLearner:
         # asyncrl.runtime.distributed.group).
         # On the learner's device, beside the observation normaliser: the ranks pool both in one vector.
         self.return_normalizer = ReturnNormalizer().to(device) if cfg.normalize_returns else None
+        # --center-values: added to the value head's output; refitted at every step (agents/appo/loss.py). Under
+        # torchrun each rank fits it to its own minibatches.
+        self.value_offset = 0.0 if cfg.center_values else None
         self.version = 0
         self.lr = cfg.lr  # the kl schedule's current rate
         self.samples_trained = 0
@@ -181,7 +186,7 @@ class APPOLearner:
                                 truncated=mb.cut_without_terminal(),
                                 final_values=final_values, has_final=has_final,
                                 reward_scale=reward_scale, value_transform=self.value_transform,
-                                on_targets=on_targets)
+                                value_offset=self.value_offset, on_targets=on_targets)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -197,6 +202,8 @@ class APPOLearner:
             self.nonfinite_streak = 0
             self.optimizer.step()
         out = {k: float(v) for k, v in stats.items()}
+        if self.value_offset is not None and finite:
+            self.value_offset = out["value_offset"]
         out.update(t_forward=t1 - t0, t_backward=t2 - t1, t_optim=time.monotonic() - t2)
         out["grad_norm"] = float(grad_norm)
         out["loss"] = float(loss.detach())
@@ -258,6 +265,8 @@ class APPOLearner:
         self.optimizer.load_state_dict(other.optimizer.state_dict())
         if self.return_normalizer is not None and other.return_normalizer is not None:
             self.return_normalizer.load_state_dict(other.return_normalizer.state_dict())
+        if self.value_offset is not None and other.value_offset is not None:
+            self.value_offset = other.value_offset
         self.version = max(self.version, other.version) + 1
 
     def state_dict(self) -> dict:
@@ -265,6 +274,7 @@ class APPOLearner:
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "version": self.version, "samples_trained": self.samples_trained, "lr": self.lr, **rng_state(),
             **({"return_normalizer": self.return_normalizer.state_dict()} if self.return_normalizer else {}),
+            **({"value_offset": self.value_offset} if self.value_offset is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -275,4 +285,6 @@ class APPOLearner:
         self.lr = float(state.get("lr", self.cfg.lr))
         if self.return_normalizer is not None and "return_normalizer" in state:
             self.return_normalizer.load_state_dict(state["return_normalizer"])
+        if self.value_offset is not None:
+            self.value_offset = float(state.get("value_offset", 0.0))
         load_rng_state(state)

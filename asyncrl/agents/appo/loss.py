@@ -15,6 +15,7 @@ from asyncrl.algo.losses import (
     clip_fraction,
     clipped_surrogate_loss,
     entropy_bonus,
+    masked_mean,
     normalize_advantages,
 )
 from asyncrl.algo.time_limits import episode_end_inputs
@@ -50,6 +51,7 @@ def appo_loss(
     has_final: torch.Tensor | None = None,
     reward_scale: float = 1.0,
     value_transform: ValueTransform = IDENTITY,
+    value_offset: float | None = None,
     on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and its named terms.
@@ -69,11 +71,17 @@ def appo_loss(
     `final_values` are the value head's outputs, read as V through `value_transform.to_value`, and the value
     loss compares the head with `to_head(v_s)`. `on_targets(v_s, mask)`, if given, receives the V-trace targets
     (detached, [T, B], in scaled units) and the training mask, e.g. to update a ReturnNormalizer.
+    `value_offset` (`--center-values`, in scaled units; None: off) is added to every value read from the head for
+    the targets; the head then learns the targets minus a new offset, the mean gap between the targets and the
+    head's own values, so its error has mean 0 over the minibatch and no step pushes it towards a constant (the
+    new offset is `stats["value_offset"]`, for the next step).
     """
     head = values
     values = value_transform.to_value(values.detach())
+    if value_offset is not None:
+        values = values + value_offset
     if final_values is not None:
-        final_values = value_transform.to_value(final_values.detach())
+        final_values = value_transform.to_value(final_values.detach()) + (value_offset or 0.0)
     if reward_scale != 1.0:
         rewards = rewards / reward_scale
     zeros = torch.zeros_like(rewards, dtype=torch.bool)
@@ -94,7 +102,10 @@ def appo_loss(
     if hp.normalize_advantages:
         advantages = normalize_advantages(advantages, mask)
     policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, mask)
-    value = value_transform.loss(head[:-1], targets.vs, mask)
+    offset = None
+    if value_offset is not None:  # the bias in closed form: the head's values fitted to the targets' mean
+        offset = masked_mean(targets.vs - (values[:-1] - value_offset), mask)
+    value = value_transform.loss(head[:-1], targets.vs if offset is None else targets.vs - offset, mask)
     ent = entropy_bonus(entropy, mask)
     loss = policy + hp.value_coeff * value - hp.entropy_coeff * ent
     with torch.no_grad():
@@ -107,4 +118,6 @@ def appo_loss(
             "value_target_mean": targets.vs.mean(),
             "importance_ratio_mean": targets.rhos.mean(),
         }
+        if offset is not None:
+            stats["value_offset"] = offset
     return loss, stats
