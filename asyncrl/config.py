@@ -214,9 +214,9 @@ class Config:
         "help": "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
                 "so value targets are of order 1"})
     center_values: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "the value head learns the V-trace targets minus their running mean, which is added back to its "
-                "output (asyncrl/algo/return_norm.py); keeps an LSTM's cells from running away on returns far "
-                "from 0 (docs/results.md)"})
+        "help": "the value head learns the V-trace targets minus an offset refitted to their mean at every step, "
+                "and V-trace reads head + offset (asyncrl/agents/appo/loss.py): no step pulls the network towards "
+                "a constant, which on returns far from 0 made an LSTM's cells run away (docs/results.md)"})
     value_transform: str = field(default="none", metadata={"algos": PPO_ONLY,
         "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
