@@ -51,9 +51,11 @@ def test_eval_results_go_to_metrics_and_tensorboard(eval_run: tuple[Path, str]) 
     assert "eval_return_mean" in records[-1] and records[-1]["eval_frames"] >= 4000
     assert records[-1]["eval_best_return"] == max(r["eval_return_mean"] for r in evals)
     # Every evaluation played to the end (each wrote its video) has a record of its own, also when several
-    # arrive within one report interval (60 s here; the last periodic one and the final one always do).
+    # arrive within one report interval (60 s here). On a quiet machine three do (a record kept only the last of
+    # them before b6caadb); with every core busy the periodic ones, at nice 19, may be starved until the final
+    # evaluation supersedes them, and only that one completes.
     videos = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "videos").glob("eval_*.mp4"))
-    assert len(videos) >= 2 and [r["eval_frames"] for r in evals] == videos
+    assert videos and [r["eval_frames"] for r in evals] == videos
 
     events = [e for f in sorted((run_dir / "tb").iterdir()) for e in EventFileLoader(str(f)).Load()]
     tags = {v.tag for e in events if e.HasField("summary") for v in e.summary.value}
