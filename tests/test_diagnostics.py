@@ -216,7 +216,7 @@ def test_core_saturated() -> None:
     assert "core_saturated" in codes(run_records(3, core_saturation=[0.0, 0.02, 0.3]))
     assert "core_saturated" not in codes(run_records(3, core_saturation=[0.3, 0.02, 0.004]))  # recovered
     found = detect(run_records(2, core_saturation=[0.0, 0.37]))
-    assert found[0].code == "core_saturated" and "37%" in found[0].message and "--rnn gru" in found[0].fix
+    assert found[0].code == "core_saturated" and "37%" in found[0].message and "--center-values" in found[0].fix
 
 
 def test_fps_degrading() -> None:

@@ -226,13 +226,15 @@ def core_saturated(records: Sequence[Record], th: Thresholds) -> Alert | None:
     of 0.3 to 1.5-24.5, a quarter to a third of the cells counted up by one a step (|c| in the hundreds, tanh(c)
     stuck at +-1), and the value and the policy stopped following the frames (0.23-0.35 of the cells); with returns
     normalised later (0.00 at 0.4M frames, 0.385 at 1.68M). A GRU's value learned as fast as feed-forward's.
-    On CartPole (targets near 100) 0.96 ran away and the run learned anyway: a warning, not a stop."""
+    On CartPole (targets near 100) 0.96 ran away and the run learned anyway: a warning, not a stop. What pulled
+    them away is the value head's offset from the targets: with --center-values none ran away on Pong."""
     share = records[-1].get("core_saturation")
     if not _finite(share) or share <= th.core_saturation:
         return None
     return Alert("core_saturated", f"{share:.0%} of the LSTM's cell units have run away (|c| > 10 in the stored "
                  "states: they count instead of remembering, and pass no gradient)",
-                 "--rnn gru (on Pong the LSTM stopped learning; --normalize-returns only delayed it)")
+                 "--center-values (the value head's offset from the returns pulls the cells away; on Pong none "
+                 "ran away with it), or --rnn gru")
 
 
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
