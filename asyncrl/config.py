@@ -216,7 +216,8 @@ class Config:
     center_values: bool = field(default=False, metadata={"algos": PPO_ONLY,
         "help": "the value head learns the V-trace targets minus an offset refitted to their mean at every step, "
                 "and V-trace reads head + offset (asyncrl/agents/appo/loss.py): no step pulls the network towards "
-                "a constant, which on returns far from 0 made an LSTM's cells run away (docs/results.md)"})
+                "a constant, which on returns far from 0 made an LSTM's cells run away (docs/results.md); on by "
+                "default with --rnn lstm"})
     value_transform: str = field(default="none", metadata={"algos": PPO_ONLY,
         "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
     max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,

@@ -160,6 +160,8 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
         merged.update(default_lr_rule(merged, explicit, preset))
     if saved is None and "envs_per_worker" not in explicit:
         merged.update(agent_columns(merged, explicit))
+    if saved is None and merged.get("rnn") == "lstm" and merged["algo"] in PPO_ONLY and "center_values" not in explicit:
+        merged["center_values"] = True  # an LSTM's cells run away on returns far from 0 without it (results.md)
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     if merged.get("serial"):

@@ -105,3 +105,12 @@ def test_the_value_offset_is_learner_state() -> None:
         getattr(learner, restore)(saved.state_dict() if restore == "load_state_dict" else saved)
         assert learner.value_offset == -1.75, restore
     assert APPOLearner(Config(env="CartPole-v1"), spec, torch.device("cpu")).value_offset is None
+
+
+def test_an_lstm_centres_its_values_unless_told_not_to() -> None:
+    from asyncrl.resolve import config_from_flags
+
+    assert config_from_flags(env="CartPole-v1", rnn="lstm").center_values
+    assert not config_from_flags(env="CartPole-v1", rnn="lstm", center_values=False).center_values
+    assert not config_from_flags(env="CartPole-v1", rnn="gru").center_values
+    assert not config_from_flags(env="CartPole-v1").center_values
