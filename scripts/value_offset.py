@@ -8,8 +8,8 @@ the initial weights, then trains a fresh learner on them for `--updates` updates
 the data relabelled as fresh so that nothing is masked as stale) and prints the RMS of the encoder's features on
 one env's frames. Variants: `full` (the APPO loss as it is), `no_value` (value coefficient 0), `value_at_mean`
 (the value head's bias set so that its output starts at `--value-start`, near the V-trace targets' mean, -1.7 to
--2.1 on this data, instead of near 0), `center_values` (`--center-values`: the head learns the targets minus
-their running mean).
+-2.1 on this data, instead of near 0), `center_values` (`--center-values`: V-trace reads the head plus an
+offset refitted at every step to the targets' mean gap to the head, which learns the targets minus it).
 What docs/results.md measured the LSTM's runaway features with.
 """
 
