@@ -31,11 +31,12 @@ lint: install
 	$(BIN)/ruff check asyncrl tests scripts
 
 # Test files run in parallel processes (pytest-xdist), one per logical CPU up to TEST_JOBS; each file stays in one
-# process, so a module's fixtures are built once. TEST_JOBS=1 runs them one after another.
+# process, so a module's fixtures are built once. TEST_JOBS=1 runs them one after another. Files are handed out in
+# collection order, longest first (tests/conftest.py's SLOW_FIRST), not xdist's default of most tests first.
 TEST_JOBS ?= 4
 
 test: install lint
-	$(BIN)/python -m pytest -q -n logical --maxprocesses $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -n logical --maxprocesses $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # Continues the experiment when it already has a checkpoint.
 train: install

@@ -220,15 +220,16 @@ def collect_rollout_slots(cfg: Any, order: list[int]) -> tuple[dict[str, Any], l
     return arrays, reports
 
 
-# The longest test files first (measured: the sums of their tests' durations on 2 cores). pytest-xdist's
-# --dist loadfile hands each worker the next file in collection order as it frees up, so starting the long ones
-# early keeps one worker from running a 90 s file alone at the end.
-SLOW_FIRST = ("test_doc_recipes.py", "test_distributed.py", "test_seeding.py", "test_recurrent.py",
-              "test_diagnostics_e2e.py", "test_e2e.py",
-              "test_memory.py", "test_population.py", "test_reliability.py", "test_engine_paths.py",
-              "test_gymnax_env.py", "test_off_policy_checkpoints.py", "test_multi_agent.py",
-              "test_action_masks.py", "test_env_recovery.py", "test_serial.py", "test_examples.py", "test_api.py",
-              "test_tuple_actions.py", "test_group_signals.py", "test_off_policy_learners.py", "test_doc_commands.py")
+# The longest test files first (measured: the sums of their tests' durations on 2 cores, 2026-12-04). `make test`
+# runs pytest-xdist with --dist loadfile --no-loadscope-reorder, which hands each worker the next file in collection
+# order as it frees up, so starting the long ones early keeps one worker from running a 100 s file alone at the end.
+SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_distributed.py", "test_diagnostics_e2e.py",
+              "test_reliability.py", "test_api.py", "test_examples.py", "test_e2e.py", "test_engine_paths.py",
+              "test_memory.py", "test_gymnax_env.py", "test_off_policy_checkpoints.py", "test_recurrent.py",
+              "test_population.py", "test_starvation.py", "test_serial.py", "test_seeding.py", "test_bench.py",
+              "test_eval.py", "test_env_hooks.py", "test_group_signals.py", "test_sweep.py", "test_doc_commands.py",
+              "test_env_recovery.py", "test_multi_agent.py", "test_off_policy_learners.py", "test_dict_obs.py",
+              "test_action_masks.py", "test_callbacks.py", "test_resume_config.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

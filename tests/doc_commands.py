@@ -1,6 +1,6 @@
 """The shell commands of README.md and docs/*.md: ```bash blocks and the `$ ` lines of ```console blocks.
 
-Shared by tests/test_doc_commands.py (every command parsed and validated) and tests/test_doc_recipes.py (every
+Shared by tests/test_doc_commands.py (every command parsed and validated) and tests/test_doc_recipes*.py (every
 command run, in its doc's order, with a tiny budget).
 """
 
