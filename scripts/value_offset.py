@@ -3,13 +3,13 @@
 
     python scripts/value_offset.py --slots 64 --updates 30 --variants full no_value value_at_mean --rnn lstm
 
-Collects `--slots` trajectory slots (16 envs x 32 steps each) with the real policy and rollout workers acting from
-the initial weights, then trains a fresh learner on them for `--updates` updates per variant (two slots a batch,
-the data relabelled as fresh so that nothing is masked as stale) and prints the RMS of the encoder's features on
-one env's frames. Variants: `full` (the APPO loss as it is), `no_value` (value coefficient 0), `value_at_mean`
-(the value head's bias set so that its output starts at `--value-start`, near the V-trace targets' mean, -1.7 to
--2.1 on this data, instead of near 0), `center_values` (`--center-values`: V-trace reads the head plus an
-offset refitted at every step to the targets' mean gap to the head, which learns the targets minus it).
+Collects `--slots` trajectory slots (`--envs`, 16 envs, x 32 steps each) with the real policy and rollout workers
+acting from the initial weights, then trains a fresh learner on them for `--updates` updates per variant (two slots
+a batch, the data relabelled as fresh so that nothing is masked as stale) and prints the RMS of the encoder's
+features on one env's frames. Variants: `full` (the APPO loss as it is), `no_value` (value coefficient 0),
+`value_at_mean` (the value head's bias set so that its output starts at `--value-start`, near the V-trace targets'
+mean, -1.7 to -2.1 on this data, instead of near 0), `center_values` (`--center-values`: V-trace reads the head plus
+an offset refitted at every step to the targets' mean gap to the head, which learns the targets minus it).
 What docs/results.md measured the LSTM's runaway features with.
 """
 
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rnn", default="lstm", help="none, gru or lstm (default: %(default)s)")
     parser.add_argument("--slots", type=int, default=64)
+    parser.add_argument("--envs", type=int, default=16, help="Pong envs a slot holds (default: %(default)s)")
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--value-start", type=float, default=-2.0, help="value_at_mean's start (default: %(default)s)")
@@ -102,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as train_dir:
-        cfg = config_from_flags(env="atari_pong", rnn=args.rnn, workers=1, envs_per_worker=16, worker_splits=1,
-                                rollout=32, batch_size=1024, device="cpu", precision="fp32", train_dir=train_dir)
+        cfg = config_from_flags(env="atari_pong", rnn=args.rnn, workers=1, envs_per_worker=args.envs,
+                                worker_splits=1, rollout=32, batch_size=2 * args.envs * 32, device="cpu",
+                                precision="fp32", train_dir=train_dir)
         spec = make_env_spec(cfg)
         traj = collect(cfg, spec, args.slots)
         print(f"{args.slots} slots, {int((traj['rewards'] != 0).sum())} nonzero rewards; encoder feature RMS on "

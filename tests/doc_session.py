@@ -114,7 +114,7 @@ MAIN_JOB = re.compile(r"--frames 10000000 |--resume ")
 MAIN_JOB_DOC = "README.md:"
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
                   "scripts/core_state.py": {"--steps": "50"},
-                  "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full"}}
+                  "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
 
 
