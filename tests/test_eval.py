@@ -114,6 +114,36 @@ def test_keep_checkpoints_never_prunes_best(tmp_path: Path) -> None:
     assert torch.load(best_path(cfg.run_dir), weights_only=True)["eval"]["return_mean"] == 9.0
 
 
+def test_an_evaluations_files_appear_only_when_its_report_is_received(tmp_path: Path) -> None:
+    """best.pt and the videos of an evaluation are staged, then moved into place when the runner receives its
+    report: an evaluator killed between writing them and reporting (the runner replaces the periodic one for the
+    final evaluation, after 5 s, and at nice 19 on busy cores its writes can take longer) leaves no file that no
+    metrics record accounts for. A fresh-clone CI run failed so, with best.pt at a return that no record had."""
+    from asyncrl.agents.registry import learner_class
+    from asyncrl.runtime.plumbing.eval_schedule import EvalSchedule
+    from asyncrl.runtime.roles.evaluator import evaluate
+
+    cfg = Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="staged", eval_every=500, eval_episodes=1,
+                 eval_video=True)
+    spec = make_env_spec(cfg.env)
+    torch.manual_seed(0)
+    model = learner_class(cfg.algo).build_policy(spec, cfg, torch.device("cpu")).eval()
+    warnings: list[str] = []
+    reported, best = evaluate(cfg, spec, model, 1, 500, None, lambda: True, warnings.append)
+    lost, _ = evaluate(cfg, spec, model, 2, 1000, None, lambda: True, warnings.append)  # its report never comes
+    run_dir = Path(cfg.run_dir)
+    assert not warnings and reported is not None and lost is not None
+    assert not Path(best_path(cfg.run_dir)).exists() and not (run_dir / "videos").exists()  # nothing in place yet
+    schedule = EvalSchedule(cfg)
+    schedule.receive(reported)
+    assert torch.load(best_path(cfg.run_dir), weights_only=True)["eval"]["return_mean"] == best
+    assert sorted(p.name for p in (run_dir / "videos").iterdir()) == ["eval_500.gif", "eval_500.mp4"]
+    assert [v["video"] for v in schedule.pop_videos()] == [str(run_dir / "videos" / "eval_500.mp4")]
+    schedule.discard_staged()  # the run's end: the lost evaluation's files go
+    assert not (run_dir / ".eval_staging").exists()
+    assert sorted(p.name for p in (run_dir / "videos").iterdir()) == ["eval_500.gif", "eval_500.mp4"]
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--eval-every", "-1"], "--eval-every must not be negative"),
     (["--eval-every", "100", "--eval-episodes", "0"], "--eval-episodes must be at least 1"),

@@ -133,6 +133,7 @@ class SerialRun:
             error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
             saved = self._save(final=True) if self.ready else None  # the final checkpoint, as at the runner's stop
+            self.evaluation.discard_staged()  # an evaluation stopped part-way staged files for nothing
             for env in self.envs:
                 env.close()
             for sig, handler in previous.items():

@@ -6,10 +6,18 @@ merged into the next one (only the newest frame count is kept), so a slow evalua
 Results arrive as `eval` reports and are added to the next metrics record (keys `eval_*`, TensorBoard
 `eval/`). When a run reaches --frames or --seconds, the final weights are evaluated once more after the
 samplers have stopped, and that result goes into the last record. Torch-free, like the runner.
+
+An evaluation's files (a new `checkpoints/best.pt`, `videos/eval_<frames>.mp4` and `.gif`) are written under
+`<run dir>/.eval_staging/<frames>/` and moved into place when its report is received, just before its numbers
+wait for their record: an evaluator stopped or killed part-way (the runner replaces the periodic one for the final
+evaluation) leaves no best.pt or video that no record accounts for. What such an evaluator staged is removed at the
+run's end.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -21,6 +29,24 @@ RESULT_KEYS = ("eval_return_mean", "eval_return_std", "eval_sampled_return_mean"
                "eval_len_mean", "eval_policy_version", "eval_frames", "eval_seconds", "eval_best_return")
 FINAL_TIMEOUT_S = 300.0  # the longest a finished run waits for its final evaluation
 DUE, FINAL = 0, 1  # the request block: frames to evaluate at; 1 when that is the final evaluation
+STAGING = ".eval_staging"  # under the run directory: an evaluation's files until its report is received
+
+
+def staging_dir(run_dir: str, frames: int) -> str:
+    """Where the evaluation at `frames` writes its files before they are moved into place."""
+    return os.path.join(run_dir, STAGING, str(frames))
+
+
+def commit_outputs(staged: list[tuple[str, str]]) -> None:
+    """Move an evaluation's staged files to their places (each an atomic rename on the run's file system)."""
+    for src, dst in staged:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(src, dst)
+    for folder in {os.path.dirname(src) for src, _ in staged}:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
 
 
 class EvalSchedule:
@@ -28,6 +54,7 @@ class EvalSchedule:
 
     def __init__(self, cfg: Config):
         self.every = cfg.eval_every
+        self.run_dir = cfg.run_dir
         self.request = SharedArrays({"due": ((2,), np.dtype(np.int64))}) if self.every else None
         self.next_due: int | None = None
         self.final_due: int | None = None
@@ -59,7 +86,9 @@ class EvalSchedule:
         return self.final_due is not None and self.pending.get("eval_frames", -1) >= self.final_due
 
     def receive(self, payload: dict[str, Any]) -> None:
-        """An `eval` report: keep its numbers for the next record, and its video for the metrics writer."""
+        """An `eval` report: move its files into place, keep its numbers for the next record and its video for the
+        metrics writer."""
+        commit_outputs([tuple(pair) for pair in payload.get("staged", ())])
         self.pending = {k: payload[k] for k in RESULT_KEYS if k in payload}
         if payload.get("video"):
             self.videos.append({"frames": payload["eval_frames"], "video": payload["video"],
@@ -73,3 +102,8 @@ class EvalSchedule:
     def pop_videos(self) -> list[dict[str, Any]]:
         videos, self.videos = self.videos, []
         return videos
+
+    def discard_staged(self) -> None:
+        """At the run's end: remove what evaluations that never reported (stopped or killed) staged."""
+        if self.enabled:
+            shutil.rmtree(os.path.join(self.run_dir, STAGING), ignore_errors=True)

@@ -6,7 +6,8 @@ Gaussian mean, or an off-policy actor's greedy action) and as many with actions 
 sample them, both through the acting contract (`asyncrl.agents.acting`), and reports the returns on the
 reports queue. Atari envs are in eval mode (whole games, raw scores). The best weights by greedy return so far
 are kept as `checkpoints/best.pt` (`runtime/store/best_checkpoint.py`); with `--eval-video` one greedy episode per
-evaluation is written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard).
+evaluation is written to `videos/eval_<frames>.mp4` (and a small GIF for TensorBoard). Both are staged and moved into
+place when the runner receives the report (`runtime/plumbing/eval_schedule.py`).
 
 It runs at the lowest CPU priority (nice 19) with one torch thread, so on contended cores it gets what the
 learner, the policy workers and the rollout workers leave. The final evaluation, after the samplers have
@@ -82,7 +83,8 @@ def evaluate(cfg: Config, spec: EnvSpec, model, version: int, due: int, best: fl
     """One evaluation of `model` (policy `version`, at `due` frames): the `eval_*` result (None when `alive()`
     turned False part-way) and the best greedy return so far, `best` or this one (then saved as best.pt).
     Played by the evaluator process, and inline by the serial loop (`asyncrl.runtime.serial`)."""
-    from asyncrl.runtime.store.best_checkpoint import save_best
+    from asyncrl.runtime.plumbing.eval_schedule import staging_dir
+    from asyncrl.runtime.store.best_checkpoint import BEST_NAME, best_path, save_best
 
     t0 = time.monotonic()
     greedy, frames = _play(model, cfg, spec, cfg.eval_episodes, True, alive, record=cfg.eval_video)
@@ -96,18 +98,26 @@ def evaluate(cfg: Config, spec: EnvSpec, model, version: int, due: int, best: fl
         "eval_sampled_return_std": _std(sampled),
         "eval_len_mean": statistics.fmean(n for _, n in greedy + sampled),
     }
+    # Files go to a staging folder; receiving the report moves them into place (`EvalSchedule.receive`).
+    staging, staged = staging_dir(cfg.run_dir, due), []
     if best is None or result["eval_return_mean"] > best:
         best = result["eval_return_mean"]
         try:
-            save_best(cfg, model, version, due, result["eval_return_mean"], result["eval_return_std"])
+            staged.append((save_best(cfg, model, version, due, result["eval_return_mean"], result["eval_return_std"],
+                                     path=os.path.join(staging, BEST_NAME)), best_path(cfg.run_dir)))
         except OSError as exc:
             warn(f"eval: cannot write best.pt ({exc.strerror or exc})")
     result["eval_best_return"] = best
     if frames:
         try:
-            result.update(_write_video(cfg.run_dir, due, frames, spec))
+            written = _write_video(staging, due, frames, spec)
         except (OSError, ValueError) as exc:
             warn(f"eval: cannot write the video ({exc})")
+        else:
+            for key, path in written.items():
+                result[key] = os.path.join(cfg.run_dir, "videos", os.path.basename(path))
+                staged.append((path, result[key]))
+    result["staged"] = staged
     result["eval_seconds"] = time.monotonic() - t0
     return result, best
 
@@ -216,13 +226,12 @@ def _obs_frame(obs: np.ndarray) -> np.ndarray:
     return frame_from_obs(obs)
 
 
-def _write_video(run_dir: str, frames_done: int, frames: list[np.ndarray], spec: EnvSpec) -> dict[str, str]:
-    """videos/eval_<frames>.mp4, plus a small GIF of the same episode that TensorBoard can show."""
+def _write_video(folder: str, frames_done: int, frames: list[np.ndarray], spec: EnvSpec) -> dict[str, str]:
+    """`folder`/eval_<frames>.mp4, plus a small GIF of the same episode that TensorBoard can show."""
     from PIL import Image
 
     from asyncrl.diagnostics.video import save_video
 
-    folder = os.path.join(run_dir, "videos")
     os.makedirs(folder, exist_ok=True)
     fps = 60 // spec.frameskip if spec.frameskip > 1 else 30
     rgb = [_codec_sized(f) for f in frames]

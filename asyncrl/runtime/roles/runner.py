@@ -225,6 +225,7 @@ class Runner:
             write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
             self._shutdown()
+            self.evaluation.discard_staged()  # an evaluator stopped or killed part-way staged files for nothing
             self.supervisor.stop_repair()
             if run_error is None and self.late_callback_error is not None:
                 run_error, code = self.late_callback_error, 1

@@ -25,9 +25,10 @@ def best_path(run_dir: str) -> str:
     return os.path.join(checkpoint_dir(run_dir), BEST_NAME)
 
 
-def save_best(cfg: Config, model, version: int, frames: int, return_mean: float, return_std: float) -> str:
-    """Write `model`'s weights (the published policy, as evaluated at policy `version`, `frames`) as best.pt
-    under the key the run's algo checkpoints it under; return the path."""
+def save_best(cfg: Config, model, version: int, frames: int, return_mean: float, return_std: float,
+              path: str | None = None) -> str:
+    """Write `model`'s weights (the published policy, as evaluated at policy `version`, `frames`) as best.pt (or
+    at `path`: the evaluator stages it) under the key the run's algo checkpoints it under; return the path."""
     import torch
 
     from asyncrl.agents.registry import published_policy
@@ -43,7 +44,7 @@ def save_best(cfg: Config, model, version: int, frames: int, return_mean: float,
     }
     buf = io.BytesIO()
     torch.save(state, buf)
-    path = best_path(cfg.run_dir)
+    path = path or best_path(cfg.run_dir)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     try:
