@@ -101,8 +101,10 @@ SHORTER: dict[str, dict[str, str]] = {"enjoy": {"--episodes": "1", "--max-steps"
 # a SAC run beside it was stopped as hung), run at a smaller one: (pattern, flags replaced)
 SMALLER: list[tuple[str, dict[str, str]]] = [
     (r"--envs-per-worker 2048 ", {"--envs-per-worker": "64", "--batch-size": "2048"}),  # 4,096 envs, batches of 65,536
-    # results.md's Breakout-MinAtar runs: a first batch of 8,192 steps took 13-22 s, one of 256 a few
-    (r"--env gymnax:Breakout-MinAtar ", {"--envs-per-worker": "8", "--rollout": "16", "--batch-size": "256"}),
+    # results.md's Breakout-MinAtar runs: a first batch of 8,192 steps took 13-22 s, one of 256 a few; one worker, as
+    # each imports JAX and gymnax and compiles the env (2 workers: 16.5 CPU-s and 11.0 s a run; 1: 9.8 and 8.0)
+    (r"--env gymnax:Breakout-MinAtar ", {"--workers": "1", "--envs-per-worker": "8", "--rollout": "16",
+                                         "--batch-size": "256"}),
 ]
 # Atari and VizDoom games are slow to start: at the presets' 4 x 16 a run took 15-18 s of CPU to its first update,
 # at 2 a worker (one per split) 5 s. So runs of those envs (as resolved: `asyncrl-train --wandb` trains Pong) get
