@@ -1,7 +1,7 @@
 """How tests/test_doc_recipes*.py run every command of README.md and docs/*.md as written, in its doc's order,
 with a tiny budget.
 
-The docs run one after another (README first) in one directory, as in a checkout: it holds the files that code
+A DocSession is one directory, as in a checkout, in which docs run one after another: it holds the files that code
 blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/` and `tests/`. So a
 recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
 
