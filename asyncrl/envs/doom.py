@@ -300,7 +300,13 @@ class DoomVecEnv(VecEnv):
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _new_episode(self, game: Any) -> None:
-        if self.scenario.bots:  # before new_episode: bots added after it end the episode within a few tics
+        if self.scenario.bots:
+            # The host's new_episode ends a running match, and a match started by that same call ends at the
+            # player's first death (is_episode_finished turns true at the respawn): end a cut match first, so
+            # that the next one starts from a finished game like a match the engine ended itself.
+            if not game.is_episode_finished():
+                game.new_episode()
+            # before new_episode: bots added after it end the episode within a few tics
             game.send_game_command("removebots")
             for _ in range(self.scenario.bots):
                 game.send_game_command("addbot")
