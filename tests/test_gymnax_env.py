@@ -37,11 +37,31 @@ def test_the_adapter_checks_pass_in_a_fresh_interpreter() -> None:
 
 
 def test_a_gymnax_env_trains_through_the_forked_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run also fills asyncrl's cache: the env's spaces (read back here with no process started) and the
+    workers' compiled reset and step."""
+    import gymnasium as gym
+
+    from asyncrl.envs import gymnax_env
+
     monkeypatch.setenv("XLA_FLAGS", XLA_FLAGS)  # for the rollout worker's env
+    monkeypatch.setenv("ASYNCRL_CACHE_DIR", str(tmp_path / "cache"))
     proc = run_cli(["--env", "gymnax:CartPole-v1", "--workers", "1", "--envs-per-worker", "64", "--rollout", "16",
                     "--batch-size", "1024", "--minibatches", "4", "--epochs", "1", "--frames", "10000",
                     "--report-interval", "1"], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = read_metrics(tmp_path / "gymnax_CartPole-v1")
     assert records[-1]["env_steps"] >= 10000 and records[-1]["episode_return_mean"] is not None
+    assert [p.name for p in (tmp_path / "cache" / "jax").iterdir() if p.name.startswith("jit_step")]
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the spaces were described again")
+
+    monkeypatch.setattr(gymnax_env.subprocess, "run", no_process)
+    obs, act = gymnax_env.gymnax_spaces("CartPole-v1", channels_first=True)
+    assert obs.shape == (4,) and act == gym.spaces.Discrete(2)
+    [entry] = (tmp_path / "cache" / "gymnax-spaces").iterdir()
+    entry.write_bytes(b"damaged")  # a damaged entry is described again, never trusted
+    assert gymnax_env._read_spaces(str(entry)) is None
+    monkeypatch.setenv("ASYNCRL_CACHE_DIR", "off")
+    assert gymnax_env._spaces_cache_path("CartPole-v1", True, {}) is None
     assert "jax" not in sys.modules

@@ -14,16 +14,26 @@ a GPU jax is installed). On the CPU the arrays returned are zero-copy, read-only
 (`to_numpy`). On a GPU every step copies its results to the host; a GPU consumer would rather wrap the JAX arrays
 with `torch.from_dlpack` on the same device (zero-copy there), and JAX should then not preallocate the GPU's
 memory (`XLA_PYTHON_CLIENT_PREALLOCATE=false`) when torch shares it.
+
+Start-up: describing an env costs a fresh process (importing JAX and gymnax, 2-3 s of CPU), and every worker
+compiles its reset and step. Both are kept in asyncrl's cache directory (`cache_dir()`): the spaces of each
+(env, arguments, package versions, this module) and JAX's persistent compilation cache, so a run of an env
+described and compiled before starts without either. `ASYNCRL_CACHE_DIR=off` turns both off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import importlib.metadata
 import inspect
+import json
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +58,32 @@ def _jax_modules() -> tuple[Any, Any, Any]:
         import jax.numpy as jnp
     except ImportError as e:
         raise EnvError(f"gymnax envs need JAX and gymnax ({e}): {INSTALL_HINT}") from None
+    _use_compilation_cache(jax)
     return gymnax, jax, jnp
+
+
+def cache_dir() -> str | None:
+    """asyncrl's cache directory: `$ASYNCRL_CACHE_DIR`, else `$XDG_CACHE_HOME/asyncrl`, else `~/.cache/asyncrl`;
+    None when `ASYNCRL_CACHE_DIR=off`."""
+    chosen = os.environ.get("ASYNCRL_CACHE_DIR")
+    if chosen == "off":
+        return None
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "asyncrl")
+
+
+def _use_compilation_cache(jax: Any) -> None:
+    """JAX's persistent compilation cache in `cache_dir()/jax`, unless JAX was given one or the cache is off.
+    Every compilation is kept (JAX's default keeps only those over a second; a worker's reset and step take less
+    at XLA's lowest optimisation level, and recompiling them is what a run's start pays)."""
+    where = cache_dir()
+    if where is None or jax.config.jax_compilation_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    jax.config.update("jax_compilation_cache_dir", os.path.join(where, "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def to_numpy(x: jax.Array) -> np.ndarray:
@@ -134,6 +169,18 @@ def gymnax_spaces(env_id: str, *, channels_first: bool = False,
     """
     if "gymnax" in sys.modules:
         return _spaces(env_id, channels_first, env_kwargs)
+    path = _spaces_cache_path(env_id, channels_first, env_kwargs)
+    cached = _read_spaces(path) if path else None
+    if cached is not None:
+        return cached
+    spaces = _described(env_id, channels_first, env_kwargs)
+    if path:
+        _write_spaces(path, spaces)
+    return spaces
+
+
+def _described(env_id: str, channels_first: bool,
+               env_kwargs: dict[str, Any]) -> tuple[gym.spaces.Space, gym.spaces.Space]:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
@@ -149,6 +196,48 @@ def gymnax_spaces(env_id: str, *, channels_first: bool = False,
     if status == "error":
         raise EnvError(value)
     return value
+
+
+def _spaces_cache_path(env_id: str, channels_first: bool, env_kwargs: dict[str, Any]) -> str | None:
+    """Where the spaces of these arguments are kept: named by a hash of them, of the versions of the packages
+    that make the spaces, and of this module's source; None when the cache is off or the arguments are not JSON."""
+    where = cache_dir()
+    if where is None:
+        return None
+    try:
+        versions = [importlib.metadata.version(p) for p in ("gymnax", "jax", "gymnasium", "numpy")]
+        with open(__file__, "rb") as f:
+            source = hashlib.sha256(f.read()).hexdigest()
+        key = json.dumps([env_id, channels_first, env_kwargs, versions, source, sys.version], sort_keys=True)
+    except (importlib.metadata.PackageNotFoundError, OSError, TypeError, ValueError):
+        return None
+    return os.path.join(where, "gymnax-spaces", hashlib.sha256(key.encode()).hexdigest()[:32] + ".pkl")
+
+
+def _read_spaces(path: str) -> tuple[gym.spaces.Space, gym.spaces.Space] | None:
+    try:
+        with open(path, "rb") as f:
+            spaces = pickle.load(f)
+    except Exception:  # missing, unreadable or damaged: described again (and rewritten)
+        return None
+    ok = isinstance(spaces, tuple) and len(spaces) == 2 and all(isinstance(s, gym.spaces.Space) for s in spaces)
+    return spaces if ok else None
+
+
+def _write_spaces(path: str, spaces: tuple[gym.spaces.Space, gym.spaces.Space]) -> None:
+    """Written whole or not at all (a temporary file renamed); a cache that cannot be written is skipped."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(spaces, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 class GymnaxVectorEnv(gym.vector.VectorEnv):
