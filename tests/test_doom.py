@@ -329,3 +329,56 @@ def test_bot_matches_survive_respawns_after_time_limit_cuts(doom: list) -> None:
     assert [e for e in episodes if not e.truncated] == []  # ... no match ended at one
     assert len(episodes) >= 18 and all(198 <= e.length <= 200 for e in episodes), [e.length for e in episodes]
 
+
+
+@needs_vizdoom
+def test_a_duel_is_two_agents_of_one_network_match(doom: list) -> None:
+    """doom_duel: 4 env columns are 2 matches of 2 players, a process each, at ports of their own. Every 100 steps
+    (400 tics) every column's window is cut at the same step, a truncation whose last frame is also the next
+    window's first; nothing terminates; a window's return is its frags minus its deaths; the players run 4 tics a
+    step or more (the asynchronous clock). close() leaves no player, engine or shared memory behind."""
+    import re
+
+    from asyncrl.envs.doom_match import DoomMatchVecEnv
+
+    env = DoomMatchVecEnv("doom_duel", 4, episode_timeout=400)
+    doom.append(env)
+    assert env.spec.num_agents == 2 and env.spec.num_actions == 3 * 3 * 3 * 2  # turn, move, strafe, attack
+    ports = [int(re.search(r"-port (\d+)", p.proc.args[-1]).group(1)) for p in env.players]
+    assert ports[0] == ports[1] != ports[2] == ports[3]
+    players = [p.proc.pid for p in env.players]
+    buf = Buffers(4)
+    env.reset(3, buf.obs)
+    rng = np.random.default_rng(3)
+    windows: list[EpisodeStats] = []
+    for step in range(1, 251):
+        episodes = buf.step(env, rng.integers(0, env.spec.num_actions, 4))
+        assert not buf.terminated.any() and buf.obs.std() > 10
+        if step % 100:
+            assert episodes == [] and not buf.truncated.any()
+            continue
+        assert sorted(e.env for e in episodes) == [0, 1, 2, 3] and buf.truncated.all()
+        assert all(e.truncated and e.length == 100 for e in episodes)
+        assert np.array_equal(buf.final_obs, buf.obs)
+        windows += episodes
+    assert all(e.ret == e.extra["frags"] - e.extra["deaths"] and e.extra["tics_per_step"] >= 4 for e in windows)
+    assert sum(e.extra["deaths"] for e in windows) >= 1, windows  # random play dies (mostly by its own hand)
+    env.close()
+    assert all(gone(pid) for pid in players)
+
+
+@needs_vizdoom
+def test_a_duel_trains_by_self_play(tmp_path: Path) -> None:
+    """`asyncrl-train --env doom_duel --self-play` trains the learning seat against the pool and stops clean."""
+    import re
+
+    from tests.conftest import run_cli
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    done = run_cli(["--env", "doom_duel", "--self-play", "--workers", "1", "--worker-splits", "1",
+                    "--envs-per-worker", "2", "--rollout", "32", "--batch-size", "128", "--frames", "1500"],
+                   tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(re.search(r"final checkpoint .* \(policy version (\d+)", done.stdout).group(1)) >= 2, done.stdout
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not [p for p in left if p.name() == "vizdoom" or "doom_match" in " ".join(p.cmdline())]

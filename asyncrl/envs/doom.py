@@ -12,7 +12,13 @@ Episode ends follow the terminated/truncated split of the step signature
 `episode_timeout` is enforced here (VizDoom's own is switched off, since a finished VizDoom episode has no
 state left to read), so a timeout is a truncation whose last frame goes to `final_obs_out`; death or the
 scenario's own end (the monster killed in basic, the vest reached in my_way_home) is a termination. In the bot
-deathmatch a death is not an episode end: the player respawns and the match runs to the timeout.
+deathmatch and the duel a death is not an episode end: the player respawns and the match runs to the timeout.
+
+The duel (`doom_duel`) is a network game of two players, each an agent (an env column): its games are stepped
+by `asyncrl/envs/doom_match.py`, a process per player, each holding a one-game `DoomVecEnv` made with
+`game_args` that host or join the match. Network games run in VizDoom's asynchronous mode at MATCH_TICRATE (its
+synchronous mode stalls a network game whose players wait between steps), and a match is never restarted: its
+episodes are windows of it that the players' env cuts (`cut`).
 
 vizdoom is an optional extra and is imported only when a Doom env is made.
 """
@@ -43,6 +49,7 @@ RENDER_RESOLUTION = "RES_256X144"
 OBS_SHAPE = (3, HEIGHT, WIDTH)
 # The vector observation every scenario exposes (`DoomVecEnv.game_variables`), in this order.
 GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
+FRAGS = GAME_VARIABLES.index("FRAGCOUNT")
 SCREEN_KEY, MEASUREMENTS_KEY = "screen", "measurements"  # the Dict observation's keys (--doom-measurements)
 INSTALL_HINT = "pip install 'asyncrl[doom]'"
 # Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
@@ -51,10 +58,14 @@ INSTALL_HINT = "pip install 'asyncrl[doom]'"
 # Arguments: the directory, the /dev/shm paths (one word, space-separated), then the engine pids.
 WATCHDOG = 'read _; dir=$1; shm=$2; shift 2; kill -9 "$@"; rm -rf "$dir" $shm'
 SHM_NAMES = ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom")  # + the engine's instance id, in /dev/shm
-BOT_GAME_ARGS = (
-    "-host 1 -deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
+DEATHMATCH_ARGS = (
+    "-deathmatch +sv_forcerespawn 1 +sv_noautoaim 1 +sv_respawnprotect 1 +sv_spawnfarthest 1 "
     "+sv_nocrouch 1 +viz_respawn_delay 0 +viz_nocheat 1"
 )
+BOT_GAME_ARGS = "-host 1 " + DEATHMATCH_ARGS
+# Tics per second of a network match (30x real time; ASYNCRL_DOOM_TICRATE sets another): the engines run on their
+# own clock, so an agent step is 4 tics plus those that pass while its players wait for their next action.
+MATCH_TICRATE = int(os.environ.get("ASYNCRL_DOOM_TICRATE", "1050"))
 
 Option = tuple[str, ...]  # buttons held together; () is no-op
 Group = tuple[Option, ...]  # mutually exclusive choices; an action picks one option from every group
@@ -76,7 +87,13 @@ class DoomScenario:
     reward_scale: float = 1.0  # training reward = raw reward x scale (episode stats stay raw)
     timeout: int | None = None  # episode limit in tics; None: the config's episode_timeout (0: none)
     bots: int = 0  # deathmatch bots added at every episode start (multiplayer host)
+    players: int = 1  # players in one network game, each an agent of the env (a process each: doom_match.py)
     hud: bool = False  # draw the status bar (ammo, health, armour) across the bottom of the frame
+
+    @property
+    def respawns(self) -> bool:
+        """A death is not an episode end: the player respawns and the match runs to its time limit."""
+        return self.bots > 0 or self.players > 1
 
     @property
     def actions(self) -> list[Option]:
@@ -102,6 +119,8 @@ SCENARIOS: dict[str, DoomScenario] = {
     "deathmatch": DoomScenario("deathmatch.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK)),
     # a deathmatch against 7 bots on multi_deathmatch.wad: +1 per frag, -1 per death, respawn, 2-minute matches
     "deathmatch_bots": DoomScenario("multi.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK), timeout=4200, bots=7),
+    # two agents in one network game on multi_duel.wad: +1 per frag, -1 per death, respawn, 2-minute matches
+    "duel": DoomScenario("multi_duel.cfg", (TURN, FORWARD_BACK, STRAFE, ATTACK), timeout=4200, players=2),
 }
 
 def scenario(name: str) -> DoomScenario:
@@ -133,8 +152,9 @@ def doom_env_spec(name: str, measurements: bool = False) -> EnvSpec:
     if measurements:
         keys = (ObsKey(SCREEN_KEY, OBS_SHAPE, np.dtype(np.uint8)),
                 ObsKey(MEASUREMENTS_KEY, (len(GAME_VARIABLES),), np.dtype(np.float32)))
-        return EnvSpec(name, (), np.dtype(np.float32), actions, frameskip=FRAMESKIP, obs_keys=keys)
-    return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), actions, frameskip=FRAMESKIP)
+        return EnvSpec(name, (), np.dtype(np.float32), actions, frameskip=FRAMESKIP, obs_keys=keys,
+                       num_agents=sc.players)
+    return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), actions, frameskip=FRAMESKIP, num_agents=sc.players)
 
 
 def _instance_id(engine: psutil.Process) -> str:
@@ -162,11 +182,12 @@ class DoomVecEnv(VecEnv):
     stats always carry the raw return. `game_variables[i]` holds GAME_VARIABLES for the observation now in
     `obs_out[i]`; `final_game_variables[i]` those of `final_obs_out[i]` where a step truncated env i. With
     `measurements` the observations are Dict ones (`ArrayDict`s): the frame in "screen" and the game variables
-    in "measurements" as well. `hud` draws the status bar or not (None: as the scenario does).
+    in "measurements" as well. `hud` draws the status bar or not (None: as the scenario does). `game_args` are
+    added to every game's engine arguments (a network game's `-host` / `-join`: asyncrl/envs/doom_match.py).
     """
 
     def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None,
-                 measurements: bool = False, hud: bool | None = None) -> None:
+                 measurements: bool = False, hud: bool | None = None, game_args: str = "") -> None:
         self.num_envs = num_envs
         self.training = training
         self.measurements = measurements
@@ -181,6 +202,7 @@ class DoomVecEnv(VecEnv):
                 table[a, buttons.index(b)] = 1.0
         self._action_table = [row.tolist() for row in table]
         self._scale = self.scenario.reward_scale if training else 1.0
+        self._game_args = game_args
         self.games: list[Any] = []
         self.engine_pids: list[int] = []  # the engine processes, children of this process
         self.shm_paths: list[str] = []  # their shared memory and message queues
@@ -209,6 +231,9 @@ class DoomVecEnv(VecEnv):
         self.final_game_variables = np.zeros_like(self.game_variables)
         self._ret = np.zeros(num_envs, dtype=np.float64)
         self._len = np.zeros(num_envs, dtype=np.int64)
+        self._frags = np.zeros(num_envs, dtype=np.float64)  # a network match's FRAGCOUNT where the window began
+        self._score = np.zeros(num_envs, dtype=np.float64)  # a network match's frags - deaths at the last step
+        self._tic = np.zeros(num_envs, dtype=np.int64)  # a network match's episode time where the window began
 
     def _make_game(self, buttons: list[str]) -> Any:
         vzd = self._vzd
@@ -218,7 +243,11 @@ class DoomVecEnv(VecEnv):
             game.set_doom_config_path(os.devnull)  # no _vizdoom.ini read or written
             self._config_timeout = int(game.get_episode_timeout())
             game.set_episode_timeout(0)  # enforced in step() so that a truncated episode still has a last frame
-            game.set_mode(vzd.Mode.PLAYER)
+            if self.scenario.players > 1:
+                game.set_mode(vzd.Mode.ASYNC_PLAYER)
+                game.set_ticrate(MATCH_TICRATE)
+            else:
+                game.set_mode(vzd.Mode.PLAYER)
             game.set_window_visible(False)
             game.set_sound_enabled(False)
             game.set_screen_resolution(getattr(vzd.ScreenResolution, RENDER_RESOLUTION))
@@ -232,6 +261,9 @@ class DoomVecEnv(VecEnv):
             game.set_available_game_variables([getattr(vzd.GameVariable, v) for v in GAME_VARIABLES])
             if self.scenario.bots:
                 game.add_game_args(BOT_GAME_ARGS)
+            if self._game_args:
+                game.add_game_args(self._game_args)
+            if self.scenario.bots:
                 game.set_frag_reward(1.0)
             with _cwd(self.workdir):  # the engine process starts in init() and inherits the cwd
                 game.init()
@@ -243,8 +275,14 @@ class DoomVecEnv(VecEnv):
     def reset(self, seed: int, obs_out: np.ndarray) -> None:
         for i, game in enumerate(self.games):
             game.set_seed((int(seed) + i) % 2**32)
-            self._new_episode(game)
+            if self.scenario.players == 1:  # a network match is never restarted (`cut`)
+                self._new_episode(game)
             self._read_state(i, obs_out, self.game_variables)
+        self._frags[:] = self.game_variables[:, FRAGS]
+        if self.scenario.players > 1:
+            for i, game in enumerate(self.games):
+                self._match_reward(i)  # the score so far: the next step's reward starts from it
+                self._tic[i] = game.get_episode_time()
         self._ret[:] = 0.0
         self._len[:] = 0
 
@@ -266,26 +304,59 @@ class DoomVecEnv(VecEnv):
         timeout = self.episode_timeout
         for i, game in enumerate(self.games):
             reward = game.make_action(self._action_table[int(actions[i])], FRAMESKIP)
+            if self.scenario.players > 1:  # asynchronous: the reward of the tics between steps is not in `reward`
+                reward = self._match_reward(i)
             self._ret[i] += reward
             self._len[i] += 1
             reward_out[i] = reward * self._scale
             terminated = game.is_episode_finished()  # death or the scenario's end: VizDoom's timeout is off
             truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
             # A bot match goes on after a death: respawn, unless the time limit cut the match at this step (a new
-            # one starts anyway, and a respawn can end the match, which would book the cut as a termination).
+            # one starts anyway, and a respawn can end the match, which would book the cut as a termination). In a
+            # network match the engine respawns the player (+sv_forcerespawn): respawn_player() would run tics
+            # that the other players, waiting for their next step, never send.
             if not terminated and not truncated and self.scenario.bots and game.is_player_dead():
                 game.respawn_player()
                 terminated = game.is_episode_finished()  # the engine can end the match at a respawn
             terminated_out[i] = terminated
             truncated_out[i] = truncated
             if terminated or truncated:
-                if truncated:
-                    self._read_state(i, final_obs_out, self.final_game_variables)
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated, env=i))
-                self._ret[i] = 0.0
-                self._len[i] = 0
-                self._new_episode(game)
+                stats.append(self._end_episode(i, truncated, final_obs_out))
             self._read_state(i, obs_out, self.game_variables)
+        return stats
+
+    def cut(self, i: int, obs_out: Any, final_obs_out: Any) -> EpisodeStats:
+        """End env i's episode now as a truncation, the match going on: a window of a network match, which its
+        players' env counts in agent steps. The frame reached is both `final_obs_out[i]` and `obs_out[i]`. The
+        stats carry the window's frags (a kill +1, a suicide -1), deaths (the return is frags - deaths) and the
+        tics per agent step (4, plus those that passed while the player waited for its next action)."""
+        self._read_state(i, final_obs_out, self.final_game_variables)
+        frags = float(self.final_game_variables[i, FRAGS] - self._frags[i])
+        self._frags[i] = self.final_game_variables[i, FRAGS]
+        tic = int(self.games[i].get_episode_time())
+        tics, self._tic[i] = tic - self._tic[i], tic
+        extra = {"frags": frags, "deaths": frags - float(self._ret[i]),
+                 "tics_per_step": round(float(tics) / max(int(self._len[i]), 1), 2)}
+        stats = EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=True, extra=extra, env=i)
+        self._ret[i] = 0.0
+        self._len[i] = 0
+        self._read_state(i, obs_out, self.game_variables)
+        return stats
+
+    def _match_reward(self, i: int) -> float:
+        """A network match's reward since the last step: +1 a frag (-1 a suicide), -1 a death."""
+        game, variable = self.games[i], self._vzd.GameVariable
+        score = game.get_game_variable(variable.FRAGCOUNT) - game.get_game_variable(variable.DEATHCOUNT)
+        reward, self._score[i] = score - self._score[i], score
+        return float(reward)
+
+    def _end_episode(self, i: int, truncated: bool, final_obs_out: Any) -> EpisodeStats:
+        if truncated:
+            self._read_state(i, final_obs_out, self.final_game_variables)
+        stats = EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated, env=i)
+        self._ret[i] = 0.0
+        self._len[i] = 0
+        self._new_episode(self.games[i])
         return stats
 
     def close(self) -> None:

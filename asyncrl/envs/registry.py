@@ -87,8 +87,12 @@ def _doom_spec(name: str, doom_measurements: bool = False) -> EnvSpec:
 
 def _doom_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
               doom_measurements: bool = False) -> VecEnv:
-    from asyncrl.envs.doom import DoomVecEnv
+    from asyncrl.envs.doom import DoomVecEnv, scenario
 
+    if scenario(name).players > 1:  # a network match: a process per player
+        from asyncrl.envs.doom_match import DoomMatchVecEnv
+
+        return DoomMatchVecEnv(name, num_envs, training=training, measurements=doom_measurements)
     return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)
 
 
