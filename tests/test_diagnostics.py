@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from asyncrl.diagnostics.advice import FALLING, FLAT, RISING, SLOW, UNKNOWN, next_steps, trend
@@ -303,6 +304,30 @@ def test_resources() -> None:
     assert parse_rows([[50.0, 1000.0, 8000.0], [70.0, 500.0, 8000.0]]) == {
         "gpu_util": 60.0, "gpu_mem_mb": 1500.0, "gpu_mem_total_mb": 16000.0}
     assert GpuSampler(enabled=False).sample() == {}
+
+
+def test_a_workers_own_processes_count_as_the_runs() -> None:
+    """A rollout worker's children (a VizDoom engine, a duel's players) are the run's CPU, not other jobs': a
+    named process whose grandchild spins shows it under `children-<name>`, summed into cpu_total."""
+    spin = "import time; t = time.time() + 30\nwhile time.time() < t: pass"
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               f"subprocess.Popen([sys.executable, '-c', {spin!r}]); print('up', flush=True); "
+                               "import time; time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "up"
+        sampler = ProcessSampler()
+        first = sampler.sample({"rollout-0": parent.pid})
+        assert first["children-rollout-0"]["cpu"] is None and first["children-rollout-0"]["rss_mb"] > 1
+        time.sleep(0.5)
+        second = sampler.sample({"rollout-0": parent.pid})
+        assert second["children-rollout-0"]["cpu"] > 30 and second["rollout-0"]["cpu"] < 10  # the grandchild spins
+        assert summarize(second)["cpu_children"] == second["children-rollout-0"]["cpu"]
+    finally:
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
 
 
 def test_gpu_sampler_reads_nvidia_smi(tmp_path, monkeypatch) -> None:

@@ -33,8 +33,10 @@ class ProcessSampler:
         return proc, True
 
     def sample(self, pids: Mapping[str, int | None]) -> dict[str, dict[str, float | None]]:
-        """{name: {"rss_mb", "cpu"}} for every live process in `pids` plus the runner itself."""
-        out: dict[str, dict[str, float]] = {}
+        """{name: {"rss_mb", "cpu"}} for every live process in `pids` plus the runner itself, and
+        `children-<name>` for the processes a named one started (VizDoom engines, a duel's players): the run's
+        own work, which the machine's CPU would otherwise book to other jobs."""
+        out: dict[str, dict[str, float | None]] = {}
         live: set[int] = set()
         for name, pid in {"runner": psutil.Process().pid, **pids}.items():
             if pid is None:
@@ -46,10 +48,29 @@ class ProcessSampler:
                     out[name] = {"rss_mb": round(proc.memory_info().rss / MB, 1),
                                  "cpu": round(cpu, 1) if seen else None}
                 live.add(pid)
+                children = proc.children(recursive=True) if name != "runner" else []
             except psutil.Error:  # exited between the listing and the sample
                 continue
+            if children:
+                out[f"children-{name}"] = self._sum(children, live)
         self._procs = {pid: p for pid, p in self._procs.items() if pid in live}
         return out
+
+    def _sum(self, procs: list[psutil.Process], live: set[int]) -> dict[str, float | None]:
+        """RSS and CPU% summed over `procs` (CPU over those sampled before; None when none was)."""
+        rss, cpu, any_seen = 0.0, 0.0, False
+        for child in procs:
+            try:
+                proc, seen = self._get(child.pid)
+                with proc.oneshot():
+                    percent = proc.cpu_percent(None)
+                    rss += proc.memory_info().rss / MB
+                live.add(child.pid)
+            except psutil.Error:
+                continue
+            if seen:
+                cpu, any_seen = cpu + percent, True
+        return {"rss_mb": round(rss, 1), "cpu": round(cpu, 1) if any_seen else None}
 
 
 def summarize(procs: Mapping[str, Mapping[str, float | None]]) -> dict[str, float]:
