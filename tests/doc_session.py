@@ -112,12 +112,22 @@ SMALLER: list[tuple[str, dict[str, str]]] = [
 # (results.md's 10M-frame Pong run is not README's: at the preset's layout it took 21 s against 4 s).
 SLOW_START_ENVS = ("atari_", "doom_")
 SLOW_START_LAYOUT = {"--envs-per-worker": "2", "--batch-size": "256"}
+# a VizDoom network match (doom_duel): its 2 env columns in one split of one worker (one match of 2 players), and a
+# first batch of 64 steps (a match steps some 40 times a second per player here)
+MATCH_LAYOUT = {"--workers": "1", "--worker-splits": "1", "--rollout": "16", "--batch-size": "64"}
 MAIN_JOB = re.compile(r"--frames 10000000 |--resume ")
 MAIN_JOB_DOC = "README.md:"
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
                   "scripts/core_state.py": {"--steps": "50"},
                   "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
+
+
+def network_match(env: str) -> bool:
+    """A VizDoom scenario of several players (asyncrl/envs/doom_match.py)."""
+    from asyncrl.envs.doom import DOOM_PREFIX, SCENARIOS
+
+    return env.startswith(DOOM_PREFIX) and SCENARIOS.get(env[len(DOOM_PREFIX):], SCENARIOS["basic"]).players > 1
 
 
 def first_update_frames(cfg: Config) -> int:
@@ -243,7 +253,7 @@ class DocSession:
         cfg = resolved(argv, cwd)
         main_job = where.startswith(MAIN_JOB_DOC) and MAIN_JOB.search(" ".join(words) + " ")
         if cfg.env.startswith(SLOW_START_ENVS) and not main_job:
-            argv = replaced(argv, SLOW_START_LAYOUT)
+            argv = replaced(argv, SLOW_START_LAYOUT | (MATCH_LAYOUT if network_match(cfg.env) else {}))
             cfg = resolved(argv, cwd)
         if cfg.algo == "appo" and "--resume" not in argv and cfg.frames < first_update_frames(cfg):
             argv = replaced(argv, {"--frames": str(first_update_frames(cfg))})

@@ -366,19 +366,3 @@ def test_a_duel_is_two_agents_of_one_network_match(doom: list) -> None:
     env.close()
     assert all(gone(pid) for pid in players)
 
-
-@needs_vizdoom
-def test_a_duel_trains_by_self_play(tmp_path: Path) -> None:
-    """`asyncrl-train --env doom_duel --self-play` trains the learning seat against the pool and stops clean."""
-    import re
-
-    from tests.conftest import run_cli
-
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    done = run_cli(["--env", "doom_duel", "--self-play", "--workers", "1", "--worker-splits", "1",
-                    "--envs-per-worker", "2", "--rollout", "32", "--batch-size", "128", "--frames", "1500"],
-                   tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert int(re.search(r"final checkpoint .* \(policy version (\d+)", done.stdout).group(1)) >= 2, done.stdout
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not [p for p in left if p.name() == "vizdoom" or "doom_match" in " ".join(p.cmdline())]
