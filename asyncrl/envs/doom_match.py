@@ -21,6 +21,7 @@ worker is gone) and ignores Ctrl-C (the run stops it with `close`); its engine h
 from __future__ import annotations
 
 import ast
+import math
 import os
 import signal
 import socket
@@ -104,17 +105,15 @@ class Player:
 
 
 class DoomMatchVecEnv(VecEnv):
-    """`num_envs // players` matches of a network scenario; agent k of match i is env column `i * players + k`."""
+    """`ceil(num_envs / players)` matches of a network scenario; agent k of match i is env column
+    `i * players + k`."""
 
     def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None,
                  measurements: bool = False) -> None:
         self.scenario = scenario(name)
         self.num_agents = self.scenario.players
-        if num_envs % self.num_agents:
-            raise EnvError(f"env {name!r} has {self.num_agents} agents, each an env column: {num_envs} columns are "
-                           f"not whole matches")
         self.spec = doom_env_spec(name, measurements)
-        self.num_envs = num_envs
+        self.num_envs = num_envs = math.ceil(num_envs / self.num_agents) * self.num_agents  # whole matches
         self.measurements = measurements
         self.players: list[Player] = []
         timeout = self.scenario.timeout if episode_timeout is None else episode_timeout
