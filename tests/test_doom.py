@@ -366,3 +366,24 @@ def test_a_duel_is_two_agents_of_one_network_match(doom: list) -> None:
     env.close()
     assert all(gone(pid) for pid in players)
 
+
+
+@needs_vizdoom
+def test_a_duels_players_and_engines_die_with_their_process() -> None:
+    """A SIGKILLed process that held a duel leaves nothing behind: its players see their sockets close and exit,
+    and their engines' watchdogs kill the engines."""
+    code = ("from asyncrl.envs.doom_match import DoomMatchVecEnv; import time, psutil; "
+            "env = DoomMatchVecEnv('doom_duel', 2); "
+            "print(*[p.pid for p in psutil.Process().children(recursive=True)], flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
+        names = [psutil.Process(p).name() for p in pids]
+        assert names.count("vizdoom") == 2 and not any(gone(p) for p in pids), names
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 15
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(p) for p in pids), [p for p in pids if not gone(p)]
