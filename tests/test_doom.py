@@ -387,3 +387,25 @@ def test_a_duels_players_and_engines_die_with_their_process() -> None:
     while not all(gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(gone(p) for p in pids), [p for p in pids if not gone(p)]
+
+
+@needs_vizdoom
+def test_a_duel_on_a_taken_port_starts_again_at_another(doom: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port that another process takes between the pick and the host's bind does not stop the run: the match
+    starts again at a new port."""
+    import socket
+
+    import asyncrl.envs.doom_match as doom_match
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("0.0.0.0", 0))
+        picks = [taken.getsockname()[1]]
+        real = doom_match.free_port
+        monkeypatch.setattr(doom_match, "free_port", lambda: picks.pop() if picks else real())
+        env = doom_match.DoomMatchVecEnv("doom_duel", 2)
+        doom.append(env)
+        assert not picks and f"-port {taken.getsockname()[1]} " not in env.players[0].proc.args[-1]
+        buf = Buffers(2)
+        env.reset(0, buf.obs)
+        buf.step(env, [0, 0])
+        assert buf.obs.std() > 10

@@ -34,6 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -164,6 +165,26 @@ def _instance_id(engine: psutil.Process) -> str:
     if not instance.isalnum():
         raise RuntimeError(f"unexpected VizDoom instance id {instance!r}")
     return instance
+
+
+def shm_entries() -> set[str]:
+    """The VizDoom entries in /dev/shm now."""
+    return {p.name for p in Path("/dev/shm").glob("ViZDoom*")}
+
+
+def remove_orphans(names: set[str]) -> None:
+    """Remove the /dev/shm entries in `names` that no live process maps: those of a game whose process crashed
+    (a match host that could not bind its port dies by SIGSEGV); a game starting beside it maps its own as it
+    creates them."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        mapped |= {name for name in names if f"/dev/shm/{name}" in text}
+    for name in names - mapped:
+        Path("/dev/shm", name).unlink(missing_ok=True)
 
 
 @contextmanager

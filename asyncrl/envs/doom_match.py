@@ -29,9 +29,11 @@ import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from asyncrl.envs.base import EnvError, EpisodeStats, VecEnv
 from asyncrl.envs.doom import (
@@ -41,11 +43,16 @@ from asyncrl.envs.doom import (
     MEASUREMENTS_KEY,
     OBS_SHAPE,
     SCREEN_KEY,
+    SHM_NAMES,
+    _instance_id,
     doom_env_spec,
+    remove_orphans,
     scenario,
+    shm_entries,
 )
 
 READY_TIMEOUT = 60.0  # seconds for every player of a match to start its engine and connect
+START_TRIES = 3  # a match whose players fail to start is started again at a new port, up to this many times
 CLOSE_TIMEOUT = 10.0  # seconds a player has to close its engine before it is killed
 
 
@@ -91,6 +98,25 @@ class Player:
             raise answer
         return answer
 
+    def kill(self) -> None:
+        """Stop it now, with its engine (a player still connecting reads no socket and has no watchdog yet)."""
+        try:
+            engines = [p for p in psutil.Process(self.proc.pid).children() if p.name() == "vizdoom"]
+            instances = [_instance_id(p) for p in engines]
+        except (psutil.Error, RuntimeError, ValueError, IndexError):
+            engines, instances = [], []
+        self.proc.kill()
+        self.proc.wait()
+        for engine in engines:
+            try:
+                engine.kill()
+            except psutil.Error:
+                pass
+        for instance in instances:
+            for prefix in SHM_NAMES:
+                Path(f"/dev/shm/{prefix}{instance}").unlink(missing_ok=True)
+        self.conn.close()
+
     def close(self) -> None:
         try:
             self.conn.send(("close",))
@@ -120,17 +146,37 @@ class DoomMatchVecEnv(VecEnv):
         self.episode_steps = int(timeout or 0) // FRAMESKIP  # a match's length in agent steps; 0: no limit
         self._steps = np.zeros(num_envs // self.num_agents, dtype=np.int64)  # agent steps of each match's episode
         self.game_variables = np.zeros((num_envs, len(GAME_VARIABLES)), dtype=np.float32)
+        matches: list[list[Player]] = []
+        before = shm_entries()
         try:
-            for _ in range(num_envs // self.num_agents):
-                port = free_port()
-                self.players += [Player(name, k, self.num_agents, port, training=training)
-                                 for k in range(self.num_agents)]
+            matches = [self._start(name, training) for _ in range(num_envs // self.num_agents)]
             deadline = time.monotonic() + READY_TIMEOUT
-            for player in self.players:
-                player.reply(max(deadline - time.monotonic(), 0.0))  # "ready": its engine has joined the match
+            for i in range(len(matches)):
+                for attempt in range(START_TRIES):
+                    try:  # "ready": every engine of the match has joined it
+                        for player in matches[i]:
+                            player.reply(max(deadline - time.monotonic(), 0.0))
+                        break
+                    except EnvError:  # e.g. another process took the port in between: a new one
+                        for player in matches[i]:
+                            player.kill()
+                        remove_orphans(shm_entries() - before)
+                        if attempt == START_TRIES - 1:
+                            raise
+                        matches[i] = self._start(name, training)
+                        deadline = time.monotonic() + READY_TIMEOUT
         except BaseException:
-            self.close()
+            for match in matches:
+                for player in match:
+                    player.kill()
+            remove_orphans(shm_entries() - before)
             raise
+        self.players = [player for match in matches for player in match]
+
+    def _start(self, name: str, training: bool) -> list[Player]:
+        """The player processes of one match, at a port of its own (they report "ready" once connected)."""
+        port = free_port()
+        return [Player(name, k, self.num_agents, port, training=training) for k in range(self.num_agents)]
 
     def reset(self, seed: int, obs_out: Any) -> None:
         for c, player in enumerate(self.players):
