@@ -152,6 +152,37 @@ def test_fixed_random_and_self_play_policy_maps() -> None:
     assert (rand.current[0][32:] == before[32:]).all() and set(rand.current[0].tolist()) == {0, 1, 2, 3}
 
 
+def test_pbt_copies_a_recurrent_policy_whole() -> None:
+    """With --rnn, PBT's exploit step takes the source's core with the rest: the copy acts as the source does over
+    a sequence, state for state, and its version moves past both."""
+    import torch
+
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.envs.registry import make_env_spec
+
+    cfg = config_from_flags(env="CartPole-v1", rnn="gru", rnn_size=16, num_policies=2, pbt=True)
+    spec = make_env_spec(cfg)
+    torch.manual_seed(0)
+    source = APPOLearner(cfg, spec, torch.device("cpu"))
+    torch.manual_seed(1)
+    copy = APPOLearner(cfg, spec, torch.device("cpu"))
+    source.version, copy.version = 7, 3
+    assert not torch.equal(source.model.state_dict()["core.rnn.weight_hh_l0"],
+                           copy.model.state_dict()["core.rnn.weight_hh_l0"])
+    copy.adopt(source)
+    assert copy.version == 8
+    mine, theirs = copy.model.state_dict(), source.model.state_dict()
+    assert any(k.startswith("core.") for k in mine) and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    obs = torch.randn(6, 4, *spec.obs_shape)
+    states = [{k: torch.zeros(4, *shape) for k, (shape, _) in m.state_layout().items()}
+              for m in (copy.model, source.model)]
+    with torch.no_grad():
+        for t in range(6):
+            (a, _, states[0]), (b, _, states[1]) = (m.step(obs[t], s, None) for m, s in zip((copy.model,
+                                                                                           source.model), states))
+            assert torch.equal(a, b) and all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
 def test_perturbation_moves_each_setting_by_the_factor() -> None:
     import random
 
