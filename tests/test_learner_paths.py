@@ -80,6 +80,17 @@ def test_samples_past_max_policy_lag_are_dropped_and_counted() -> None:
     torch.testing.assert_close(norm.mean, kept_obs.mean(0) * kept_obs.shape[0] / (kept_obs.shape[0] + count0))
 
 
+def test_only_the_policys_own_steps_count_as_stale() -> None:
+    """Rows masked for another reason (a self-play opponent's or another policy's steps, at their own old
+    versions; steps in which the env raised) are not stale samples of this policy."""
+    batch = make_batch(0, limit_lags())
+    batch.valid = torch.ones(T, B, dtype=torch.bool)
+    batch.valid[:, STALE] = False  # the old-version columns are another seat's
+    assert make_learner().train(batch, frames=0)["dropped_stale"] == 0
+    batch.valid[: T // 2, STALE] = True  # half of them this policy's own, past the lag bound
+    assert make_learner().train(batch, frames=0)["dropped_stale"] == (T // 2) * (B // 2)
+
+
 def test_stale_samples_contribute_nothing_to_the_update() -> None:
     """Rewriting every stale sample (actions, rewards, behaviour log-probs) leaves the update unchanged, while
     rewriting kept samples the same way changes it."""

@@ -120,7 +120,10 @@ class APPOLearner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         mask = batch.trainable(cfg.max_policy_lag)
-        fresh = int((batch.lag <= cfg.max_policy_lag).sum().item())
+        # stale: this policy's own steps past the lag bound (another policy's rows, a self-play opponent's, and
+        # steps in which the env raised are masked for other reasons)
+        own = batch.valid if batch.valid is not None else torch.ones_like(batch.lag, dtype=torch.bool)
+        stale = int(((batch.lag > cfg.max_policy_lag) & own).sum().item())
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
@@ -153,7 +156,7 @@ class APPOLearner:
         if batch.initial_state and CELL in batch.initial_state:
             out["core_saturation"] = float((batch.initial_state[CELL].abs() > SATURATED_CELL).float().mean())
         out.update(
-            learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=batch.rewards.numel() - fresh,
+            learning_rate=lr, samples=batch.rewards.numel(), dropped_stale=stale,
             policy_lag_mean=float(kept_lag.float().mean()) if trained else 0.0,
             policy_lag_max=int(kept_lag.max()) if trained else 0,
             policy_version=self.version, nonfinite_updates=self.nonfinite_updates,
