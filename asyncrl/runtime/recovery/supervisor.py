@@ -35,7 +35,7 @@ from asyncrl.runtime.plumbing.liveness import read_words, release_slots
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.recovery.rollout_guard import EXIT_ENV_ERRORS
-from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale
+from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale, starved
 from asyncrl.runtime.store.checkpoint import checkpoint_dir, list_checkpoints
 
 RESTART_WINDOW_S = 300.0
@@ -222,7 +222,7 @@ class Supervisor:
         if age <= limit or not proc.is_alive():
             return
         if not stale(age, waited, limit):
-            if member.starved_note != since:
+            if member.starved_note != since and starved(waited, age - member.starvation.quiet_after_s):
                 member.starved_note = since
                 self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, {waited:.0f} s of it waiting for "
                          f"a CPU core (the machine is overloaded); starved, not hung: waiting longer")
@@ -253,13 +253,13 @@ class Supervisor:
         if age <= limit:
             return
         if not stale(age, waited, limit):
-            if self._stall_note != since:
+            if self._stall_note != since and starved(waited, age - limit / 2):
                 self._stall_note = since
                 self.out(f"asyncrl: note: no env steps and no learner updates for {age:.0f} s, {waited:.0f} s of "
                          f"it waiting for a CPU core (the machine is overloaded); starved, not stalled: waiting longer")
             return
-        starved = f" ({waited:.0f} s of it waiting for a CPU core)" if waited >= 1 else ""
-        raise RunError(f"no env steps and no learner updates for {age:.0f} s{starved} although every process "
+        waits = f" ({waited:.0f} s of it waiting for a CPU core)" if waited >= 1 else ""
+        raise RunError(f"no env steps and no learner updates for {age:.0f} s{waits} although every process "
                        f"is alive; stopping.")
 
     def _check_env_error_rate(self, env_steps: int, errors: int, now: float) -> None:
