@@ -122,8 +122,8 @@ class APPOLearner:
         mask = batch.trainable(cfg.max_policy_lag)
         # stale: this policy's own steps past the lag bound (another policy's rows, a self-play opponent's, and
         # steps in which the env raised are masked for other reasons)
-        own = batch.valid if batch.valid is not None else torch.ones_like(batch.lag, dtype=torch.bool)
-        stale = int(((batch.lag > cfg.max_policy_lag) & own).sum().item())
+        past_bound = batch.lag > cfg.max_policy_lag
+        stale = int((past_bound if batch.valid is None else past_bound & batch.valid).sum().item())
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
