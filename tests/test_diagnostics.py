@@ -309,9 +309,11 @@ def test_resources() -> None:
 def test_a_workers_own_processes_count_as_the_runs() -> None:
     """A rollout worker's children (a VizDoom engine, a duel's players) are the run's CPU, not other jobs': a
     named process whose grandchild spins shows it under `children-<name>`, summed into cpu_total."""
-    spin = "import time; t = time.time() + 30\nwhile time.time() < t: pass"
+    spin = "import time; t = time.time() + 30\nprint('spinning', flush=True)\nwhile time.time() < t: pass"
+    # "up" only once the grandchild runs: a first sample taken while it was still starting read no memory for it
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
-                               f"subprocess.Popen([sys.executable, '-c', {spin!r}]); print('up', flush=True); "
+                               f"g = subprocess.Popen([sys.executable, '-c', {spin!r}], stdout=subprocess.PIPE); "
+                               "g.stdout.readline(); print('up', flush=True); "
                                "import time; time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "up"

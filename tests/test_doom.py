@@ -43,6 +43,12 @@ class Buffers:
         return env.step(np.asarray(actions), self.obs, self.reward, self.terminated, self.truncated, self.final_obs)
 
 
+def rendered(frame: np.ndarray) -> bool:
+    """A frame the engine drew into a zeroed buffer: many shades, however dark the view (a contrast bar such as
+    std > 10 failed once on a real frame facing a dark corner: 9.66)."""
+    return int(np.count_nonzero(np.bincount(frame.ravel(), minlength=256))) > 16
+
+
 def engines() -> list[psutil.Process]:
     """This process's VizDoom engines and engine watchdogs."""
     return [p for p in psutil.Process().children(recursive=True)
@@ -323,8 +329,9 @@ def test_bot_matches_survive_respawns_after_time_limit_cuts(doom: list) -> None:
     rng = np.random.default_rng(1)
     episodes: list[EpisodeStats] = []
     for _ in range(2000):
+        buf.obs[:] = 0
         episodes += buf.step(env, rng.integers(0, env.spec.num_actions, 2))
-        assert buf.obs.std() > 10  # every step leaves a rendered frame
+        assert all(rendered(frame) for frame in buf.obs)  # every step leaves a rendered frame
     assert respawns.count >= 1  # deaths happened, and ...
     assert [e for e in episodes if not e.truncated] == []  # ... no match ended at one
     assert len(episodes) >= 18 and all(198 <= e.length <= 200 for e in episodes), [e.length for e in episodes]
