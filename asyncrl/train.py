@@ -1,8 +1,7 @@
 """`python -m asyncrl.train`: the same as `asyncrl-train` (for `torchrun -m asyncrl.train`)."""
 
-import sys
-
+from asyncrl.cli.console import exit_now
 from asyncrl.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -4,11 +4,12 @@ A fresh `asyncrl-train` spends about 2.3 s of CPU importing torch and asyncrl be
 suite starts about a hundred of them. This process imports both once, without running a torch operation (so a
 fork of it is as safe as the runner's own forks, `asyncrl.launch.check_can_fork`), then reads one JSON request a
 line on stdin: `{"id", "tool", "args", "cwd", "env", "stdout", "stderr", "new_session"}`. For each it forks a
-child that becomes the command (`asyncrl.cli.<tool>.main()` with that argv, or for a dotted tool such as
-`tests.faults` that module's `main(args)` as `python -m` would run it, working directory, environment,
-sys.path and output files, the signal dispositions of a fresh interpreter) and exits through the interpreter's
-normal exit path, as the console script does. It answers `{"id", "pid"}` at once and `{"exit": pid, "code"}`
-when a child ends (the code as subprocess reports it: negative for a signal). It exits when stdin closes.
+child that becomes the command with that argv, working directory, environment, sys.path and output files, and the
+signal dispositions of a fresh interpreter: the console script's entry (`asyncrl.cli.console.<tool>`, which ends
+the process as the script does), or for a dotted tool such as `tests.faults` that module's `main(args)` as
+`python -m` would run it (leaving through the interpreter's normal exit path). It answers `{"id", "pid"}` at once
+and `{"exit": pid, "code"}` when a child ends (the code as subprocess reports it: negative for a signal). It exits
+when stdin closes.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def become(request: dict) -> int:
         sys.argv = [module.__file__, *args]
         return module.main(args)
     sys.argv = [os.path.join(BIN_DIR, f"asyncrl-{tool}"), *args]
-    return importlib.import_module(f"asyncrl.cli.{tool}").main()
+    getattr(importlib.import_module("asyncrl.cli.console"), tool)()  # what the console script calls: never returns
+    raise AssertionError(f"asyncrl.cli.console.{tool} returned")
 
 
 SITE_PATH = _site_path()
@@ -125,7 +127,7 @@ if __name__ == "__main__":
     # os.environ (after which the workers' titles, asyncrl-learner etc., would not show).
     setproctitle.getproctitle()
 
-    for name in TOOLS:
+    for name in (*TOOLS, "console"):
         importlib.import_module(f"asyncrl.cli.{name}")
     for name in PRELOADED:
         importlib.import_module(name)

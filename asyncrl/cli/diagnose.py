@@ -28,4 +28,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from asyncrl.cli.console import exit_now
+
+    exit_now(main())

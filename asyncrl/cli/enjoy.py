@@ -157,4 +157,6 @@ def load(args: argparse.Namespace):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from asyncrl.cli.console import exit_now
+
+    exit_now(main())
