@@ -289,8 +289,8 @@ class DocSession:
 
     def script(self, words: list[str], cwd: Path, where: str) -> None:
         args = replaced(words[2:], SCRIPT_SHORTER.get(words[1], {}))
-        result = subprocess.run([sys.executable, str(ROOT / words[1]), *args], cwd=cwd, capture_output=True,
-                                text=True, timeout=240, env={**os.environ, **RUN_ENV})
+        result = launcher.run(f"{launcher.SCRIPT}{ROOT / words[1]}", args, cwd=cwd, timeout=240,
+                              env={**os.environ, **RUN_ENV})
         self.check(result, where)
         self.check_outputs(args, cwd, where)
 

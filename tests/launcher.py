@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+SCRIPT = "script:"  # a tool "script:PATH": `python PATH ARGS`
 
 
 class Launched:
@@ -100,7 +101,8 @@ class Zygote:
             self.read_answers(1.0)
         pid = self.pids.pop(request_id)
         self.exits.pop(pid, None)  # an earlier command's exit under the same (reused) pid
-        return Launched(self, pid, [f"asyncrl-{tool}", *request["args"]])
+        shown = [sys.executable, tool[len(SCRIPT):]] if tool.startswith(SCRIPT) else [f"asyncrl-{tool}"]
+        return Launched(self, pid, [*shown, *request["args"]])
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -128,7 +130,10 @@ FRESH = os.environ.get("ASYNCRL_TESTS_FRESH") == "1"
 
 
 def script(tool: str) -> list[str]:
-    """The command line a fresh interpreter runs for `tool`: the installed console script, or `python -m`."""
+    """The command line a fresh interpreter runs for `tool`: the installed console script, `python -m`, or for
+    `script:PATH` `python PATH`."""
+    if tool.startswith(SCRIPT):
+        return [sys.executable, tool[len(SCRIPT):]]
     if "." in tool:
         return [sys.executable, "-m", tool]
     installed = Path(sys.executable).with_name(f"asyncrl-{tool}")

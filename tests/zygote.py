@@ -6,8 +6,9 @@ fork of it is as safe as the runner's own forks, `asyncrl.launch.check_can_fork`
 line on stdin: `{"id", "tool", "args", "cwd", "env", "stdout", "stderr", "new_session"}`. For each it forks a
 child that becomes the command with that argv, working directory, environment, sys.path and output files, and the
 signal dispositions of a fresh interpreter: the console script's entry (`asyncrl.cli.console.<tool>`, which ends
-the process as the script does), or for a dotted tool such as `tests.faults` that module's `main(args)` as
-`python -m` would run it (leaving through the interpreter's normal exit path). It answers `{"id", "pid"}` at once
+the process as the script does), for a dotted tool such as `tests.faults` that module's `main(args)` as `python
+-m` would run it, or for `script:PATH` the file PATH as `python PATH` would; these two end as the console scripts
+do too (`exit_now`: no interpreter teardown). It answers `{"id", "pid"}` at once
 and `{"exit": pid, "code"}` when a child ends (the code as subprocess reports it: negative for a signal). It exits
 when stdin closes.
 """
@@ -18,10 +19,12 @@ import importlib
 import io
 import json
 import os
+import runpy
 import select
 import signal
 import sys
 
+SCRIPT = "script:"  # a tool "script:PATH" runs the Python file PATH as `python PATH` would
 TOOLS = ("train", "enjoy", "export", "plot", "compare", "diagnose", "sweep", "bench")
 # What every run imports after its start (the runner's roles and its TensorBoard writer, about 0.15 s of CPU a run);
 # none of them starts a thread or runs a torch operation at import.
@@ -107,6 +110,12 @@ def become(request: dict) -> int:
     own = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [BIN_DIR, *own, *SITE_PATH]
     tool, args = request["tool"], request["args"]
+    if tool.startswith(SCRIPT):  # `python PATH ARGS`: sys.path[0] is the script's directory
+        path = tool[len(SCRIPT):]
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+        sys.argv = [path, *args]
+        runpy.run_path(path, run_name="__main__")
+        return 0
     if "." in tool:  # a module run as `python -m MODULE ARGS`: sys.path[0] is the working directory
         sys.path[0] = os.getcwd()
         module = importlib.import_module(tool)
@@ -139,4 +148,14 @@ if __name__ == "__main__":
     except _Child as child:
         request = child.request
     if request is not None:  # in a fork, outside the handler (a traceback of the command shows no _Child)
-        sys.exit(become(request))
+        from asyncrl.cli.console import exit_now
+
+        try:
+            code = become(request)
+        except SystemExit as stop:  # what sys.exit(code) in the command asked for, as the interpreter would end it
+            if stop.code is not None and not isinstance(stop.code, int):
+                print(stop.code, file=sys.stderr)
+                code = 1
+            else:
+                code = stop.code
+        exit_now(code)
