@@ -235,3 +235,15 @@ SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_dis
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n logical` (make test) and `-n auto`: one test process per core this process may use (its CPU affinity,
+    capped by a cgroup quota: `asyncrl.system.usable_cpus`), where xdist would count every core of the machine
+    (`taskset -c 0 make test` started 2 test processes on one core). PYTEST_XDIST_AUTO_NUM_WORKERS still wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    from asyncrl.system import usable_cpus
+
+    return usable_cpus()
