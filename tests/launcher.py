@@ -25,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.zygote import SCRIPT  # a tool "script:PATH": `python PATH ARGS`
+
 ZYGOTE = Path(__file__).with_name("zygote.py")
-SCRIPT = "script:"  # a tool "script:PATH": `python PATH ARGS`
 
 
 class Launched:
