@@ -72,15 +72,29 @@ def test_a_recurrent_policy_remembers_the_cue(core: str, tmp_path: Path) -> None
     assert returns and max(returns) >= SOLVED, f"--rnn {core} stayed at {max(returns or [0]):.2f}"
 
 
+def disjoint_windows(records: list[dict], window: int = 100) -> list[float]:
+    """The 100-episode means of records whose windows share no episode, newest first: consecutive records'
+    windows overlap when the machine is slow and few episodes end between reports."""
+    means, last = [], None
+    for record in reversed(records):
+        if record["episodes"] >= window and (last is None or last - record["episodes"] >= window):
+            means.append(record["episode_return_mean"])
+            last = record["episodes"]
+    return means
+
+
 def test_a_feed_forward_policy_stays_at_chance(tmp_path: Path) -> None:
-    # Records every 0.5 s: a quiet machine runs the 20k env steps in about 5 s, and at 1 s a fresh-clone run had
-    # only 4 records with a return.
+    # Records every 0.5 s: a quiet 2-core machine runs the 20k env steps (1,666 episodes) in 2-3 s (4-5 records).
     records = train(tmp_path, "ff", "--frames", str(FEED_FORWARD_FRAMES), "--report-interval", "0.5")
     assert records[-1]["env_steps"] >= FEED_FORWARD_FRAMES
-    # The mean of the last five records' 100-episode means (about 500 episodes; its standard deviation at
-    # chance is about 0.02), so the bar sits about five deviations above chance.
-    last = [r["episode_return_mean"] for r in records[-5:]]
-    assert len(last) == 5 and sum(last) / 5 <= CHANCE + 0.1, last
+    # Up to five windows with no episode in common (the last record's at least): at chance their mean has a
+    # standard deviation of 0.5 / sqrt(100 n), and the bar sits five deviations above chance (0.75 for one
+    # window, 0.64 for three, 0.61 for five), below the 0.9 the recurrent policies reach. A fresh-clone run that
+    # averaged five overlapping records read 0.60 from what was nearly one window (deviation 0.05).
+    means = disjoint_windows(records)[:5]
+    assert means, [(r["episodes"], r["episode_return_mean"]) for r in records]
+    bar = CHANCE + 5 * 0.5 / (100 * len(means)) ** 0.5
+    assert sum(means) / len(means) <= bar, (means, bar)
 
 
 @pytest.mark.parametrize("core", ["gru", "lstm"])
