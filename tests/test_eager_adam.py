@@ -24,14 +24,25 @@ def _train(opt_cls: type, steps: int = 6) -> tuple[torch.nn.Module, torch.optim.
     return model, opt
 
 
+def _fused_adam(params, **kwargs) -> torch.optim.Adam:  # type: ignore[no-untyped-def]
+    return torch.optim.Adam(params, fused=True, **kwargs)
+
+
 def test_same_updates_and_state_as_torch_adam() -> None:
+    """Bit for bit torch's fused Adam (ours fuses by default), and torch's per-tensor Adam to float rounding."""
     ours, ours_opt = _train(Adam)
-    ref, ref_opt = _train(torch.optim.Adam)
+    assert ours_opt.defaults["fused"]
+    ref, ref_opt = _train(_fused_adam)
     assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), ref.parameters()))
     a, b = ours_opt.state_dict(), ref_opt.state_dict()
     assert a["param_groups"] == b["param_groups"]
     for k in b["state"]:
         assert all(torch.equal(a["state"][k][name], b["state"][k][name]) for name in b["state"][k])
+    per_tensor, _ = _train(torch.optim.Adam)
+    for a, b in zip(ours.parameters(), per_tensor.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    _, explicit = _train(lambda params, **kwargs: Adam(params, foreach=True, **kwargs))
+    assert not explicit.defaults["fused"]  # an explicit choice is kept
 
 
 def test_loads_a_torch_adam_checkpoint_and_continues_identically() -> None:

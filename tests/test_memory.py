@@ -84,17 +84,17 @@ def disjoint_windows(records: list[dict], window: int = 100) -> list[float]:
 
 
 def test_a_feed_forward_policy_stays_at_chance(tmp_path: Path) -> None:
-    # Records every 0.5 s: a quiet 2-core machine runs the 20k env steps (1,666 episodes) in 2-3 s (4-5 records).
-    records = train(tmp_path, "ff", "--frames", str(FEED_FORWARD_FRAMES), "--report-interval", "0.5")
+    """The issue's bar, at most chance + 0.1, read from enough episodes that chance never reaches it: the 100-episode
+    means of records whose windows share no episode. A fresh-clone run that averaged the last five records failed
+    at 0.60: few episodes had ended between its reports, so the five windows were nearly one (deviation 0.05)."""
+    # Records every 0.2 s: a quiet 2-core machine runs the 20k env steps (1,666 episodes) in 2-3 s.
+    records = train(tmp_path, "ff", "--frames", str(FEED_FORWARD_FRAMES), "--report-interval", "0.2")
     assert records[-1]["env_steps"] >= FEED_FORWARD_FRAMES
-    # Up to five windows with no episode in common (the last record's at least): at chance their mean has a
-    # standard deviation of 0.5 / sqrt(100 n), and the bar sits five deviations above chance (0.75 for one
-    # window, 0.64 for three, 0.61 for five), below the 0.9 the recurrent policies reach. A fresh-clone run that
-    # averaged five overlapping records read 0.60 from what was nearly one window (deviation 0.05).
-    means = disjoint_windows(records)[:5]
-    assert means, [(r["episodes"], r["episode_return_mean"]) for r in records]
-    bar = CHANCE + 5 * 0.5 / (100 * len(means)) ** 0.5
-    assert sum(means) / len(means) <= bar, (means, bar)
+    means = disjoint_windows(records)
+    # At chance the mean of n windows deviates by 0.5 / sqrt(100 n): the bar is 4 deviations above chance for 4
+    # windows, 4.5 for 5, 5.5 for 8 (the 2-core machine's runs have 8-14).
+    assert len(means) >= 4, [(r["episodes"], r["episode_return_mean"]) for r in records]
+    assert sum(means) / len(means) <= CHANCE + 0.1, means
 
 
 @pytest.mark.parametrize("core", ["gru", "lstm"])

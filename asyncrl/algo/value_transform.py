@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asyncrl.algo.losses import value_loss
+from asyncrl.algo.losses import Weights, value_loss
 from asyncrl.algo.normalizers import symexp, symlog
 
 __all__ = ["ValueTransform", "TRANSFORMS"]
@@ -36,6 +36,7 @@ class ValueTransform:
     def to_head(self, value: torch.Tensor) -> torch.Tensor:
         return symlog(value) if self.name == "symlog" else value
 
-    def loss(self, head: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(self, head: torch.Tensor, targets: torch.Tensor,
+             mask: torch.Tensor | Weights | None = None) -> torch.Tensor:
         """0.5 x masked mean of (head - h(v_s))^2: the value loss in head units, targets detached."""
         return value_loss(head, self.to_head(targets.detach()), mask)

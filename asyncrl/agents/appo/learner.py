@@ -61,7 +61,7 @@ class APPOLearner:
             self.stat_names = (*self.stat_names, "value_offset")
         if spec.has_image:  # NHWC convolutions train ~1.4x faster on CPU (measured), same on GPU
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
+        self.optimizer = Adam(self.model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
         self.hp = hyperparams(cfg)
         self.value_transform = ValueTransform(cfg.value_transform)  # --value-transform symlog: head predicts symlog(V)
         # --normalize-returns: rewards divided by a running RMS of the V-trace targets (pooled across ranks by

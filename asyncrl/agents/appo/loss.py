@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from asyncrl.algo.losses import (
+    Weights,
     approx_kl,
     clip_fraction,
     clipped_surrogate_loss,
@@ -98,23 +99,24 @@ def appo_loss(
     )
     if on_targets is not None:
         on_targets(targets.vs.detach(), mask)
+    weights = Weights.of(mask, logp)  # read once for every masked term below
     advantages = targets.pg_advantages
     if hp.normalize_advantages:
-        advantages = normalize_advantages(advantages, mask)
-    policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, mask)
+        advantages = normalize_advantages(advantages, weights)
+    policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, weights)
     offset = None
     if value_offset is not None:  # the bias in closed form: the head's values fitted to the targets' mean
-        offset = masked_mean(targets.vs - (values[:-1] - value_offset), mask)
-    value = value_transform.loss(head[:-1], targets.vs if offset is None else targets.vs - offset, mask)
-    ent = entropy_bonus(entropy, mask)
+        offset = masked_mean(targets.vs - (values[:-1] - value_offset), weights)
+    value = value_transform.loss(head[:-1], targets.vs if offset is None else targets.vs - offset, weights)
+    ent = entropy_bonus(entropy, weights)
     loss = policy + hp.value_coeff * value - hp.entropy_coeff * ent
     with torch.no_grad():
         stats = {
             "policy_loss": policy.detach(),
             "value_loss": value.detach(),
             "entropy": ent.detach(),
-            "kl": approx_kl(logp.detach(), behaviour_logp, mask),
-            "clip_fraction": clip_fraction(logp.detach(), behaviour_logp, hp.clip_ratio, mask),
+            "kl": approx_kl(logp.detach(), behaviour_logp, weights),
+            "clip_fraction": clip_fraction(logp.detach(), behaviour_logp, hp.clip_ratio, weights),
             "value_target_mean": targets.vs.mean(),
             "importance_ratio_mean": targets.rhos.mean(),
         }
