@@ -1,4 +1,5 @@
-"""Counters a process accumulates and sends to the runner about once a second, even while it is blocked."""
+"""Counters a process accumulates and sends to the runner about once a second (or each --report-interval, where
+that is shorter), even while it is blocked."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class IntervalStats:
 
     def maybe_report(self, force: bool = False, **extra: Any) -> None:
         """Send the interval's sums (plus `t_total`, the interval's length, and `t_runq`, the part of it spent
-        runnable but waiting for a core) if a second has passed (or `force`)."""
+        runnable but waiting for a core) once `every_s` has passed (or `force`)."""
         now = time.monotonic()
         self.beat[self.ident] = now
         if now - self.last < self.every_s and not force:
