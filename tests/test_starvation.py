@@ -68,8 +68,8 @@ def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() ->
     def respawn(name: str) -> None:  # the runner's part: a fresh process that has not started its loop yet
         respawned.append(name)
         procs[name] = FORK.Process(target=signal.pause, daemon=True)
-        procs[name].start()
         supervisor.spawned(name)
+        procs[name].start()
 
     supervisor = Supervisor(cfg, channels, procs, respawn, out=lambda *a, **k: lines.append(a[0]))
     blocked = procs["policy-1"]
@@ -77,8 +77,10 @@ def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() ->
         p.start()
     try:
         for name, proc in procs.items():
-            proc.start()
+            # as the runner does (Runner._spawn): told first, so it cannot clear a beat the process has already
+            # written (a fresh-clone run lost policy-1's only beat that way and gave it the start-up grace)
             supervisor.spawned(name)
+            proc.start()
         oldest = 0.0
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline and (oldest < LIMIT_S + 1.5 or not respawned):
