@@ -361,12 +361,16 @@ class OffPolicyLearner:
         raise NotImplementedError
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module) -> bool:
-        """Backward and step unless the loss or a gradient is not finite (then counted and skipped)."""
+        """Backward and step unless the loss or a gradient is not finite (then counted and skipped).
+
+        The gradients are checked through their norms, one fused op: a NaN or an infinity anywhere makes its
+        tensor's norm (and the stack's) non-finite; so would finite gradients whose norm overflows float32."""
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.sync_gradients(module, loss)
-        finite = bool(torch.isfinite(loss)) and all(
-            bool(torch.isfinite(p.grad).all()) for p in module.parameters() if p.grad is not None)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        finite = bool(torch.isfinite(loss)) and (
+            not grads or bool(torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()))
         if not finite:
             self._finite = False
             optimizer.zero_grad(set_to_none=True)
