@@ -19,9 +19,10 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   that were not answered, since the dead worker may have taken them off the queue.
 - `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations).
 - `stepped[w]`: agent steps rollout worker w has taken in this session (all its incarnations), and
-  `step_budget[0]`: the agent steps after which the session's --frames are reached (0: no budget), written by the
-  runner once the learner is ready. The worker that sees the sum reach the budget reports at once, so the run
-  stops within a step of its --frames instead of up to a report interval (a second) later.
+  `step_budget[0]`: the agent steps after which the session's --frames are reached (0: no budget; under torchrun
+  this rank's share of them), written by the runner once the learner is ready. The worker that sees the sum reach
+  the budget reports at once, so the run stops within a step of its --frames instead of up to a report interval (a
+  second) later.
 - `last_words[w]`: why rollout worker w gave up (UTF-8, NUL-padded), written just before it exits.
 - `training_info`: the run's progress for curriculum envs (`set_training_info`), written by the runner with
   each metrics record: [sequence, frames, env steps, policy version, mean return (NaN before the first

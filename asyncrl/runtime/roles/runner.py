@@ -322,10 +322,13 @@ class Runner:
 
     def _publish_step_budget(self) -> None:
         """The agent steps left to --frames, for the rollout workers to report at once when they are taken (in
-        lockstep every rollout is reported anyway)."""
+        lockstep every rollout is reported anyway). Under torchrun the group stops on the sum of the ranks' steps,
+        so each rank's workers report at once at its share of them: with the whole budget, a rank whose workers'
+        once-a-second reports lagged its fast updates could reach --frames alone before the group agreed."""
         if self.cfg.frames and not self.cfg.deterministic:
             left = -(-self.cfg.frames // self.spec.frameskip) - self.totals.env_steps
-            self.channels.live["step_budget"][0] = max(1, left)
+            world = self.ranks.info.world_size if self.ranks is not None else 1
+            self.channels.live["step_budget"][0] = max(1, -(-left // world))
 
     def _start_population(self, settings: list[dict[str, float]]) -> None:
         """--num-policies > 1: per-policy totals, and with --pbt the exploit/explore schedule."""
