@@ -26,11 +26,13 @@ import sys
 
 SCRIPT = "script:"  # a tool "script:PATH" runs the Python file PATH as `python PATH` would
 TOOLS = ("train", "enjoy", "export", "plot", "compare", "diagnose", "sweep", "bench")
-# What every run imports after its start (the runner's roles and its TensorBoard writer, about 0.15 s of CPU a run);
-# none of them starts a thread or runs a torch operation at import.
+# What every run imports after its start (the runner's roles and its TensorBoard writer, about 0.15 s of CPU a run),
+# and what the figure-writing tools import (asyncrl-compare --out, -plot, -diagnose and the scripts that draw:
+# matplotlib's pyplot on Agg, 0.4-0.6 s of CPU each time); none of them starts a thread or runs a torch
+# operation at import.
 PRELOADED = ("asyncrl.runtime.roles.runner", "asyncrl.runtime.roles.learner", "asyncrl.runtime.roles.policy_worker",
              "asyncrl.runtime.roles.rollout_worker", "asyncrl.agents.appo.learner",
-             "tensorboard.summary.writer.event_file_writer")
+             "tensorboard.summary.writer.event_file_writer", "asyncrl.diagnostics.plots")
 BIN_DIR = os.path.dirname(sys.executable)  # where the console scripts live: their sys.path[0]
 
 
