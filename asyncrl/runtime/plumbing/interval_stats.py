@@ -9,10 +9,15 @@ from typing import Any
 from asyncrl.runtime.plumbing.channels import Channels, report
 from asyncrl.runtime.plumbing.schedstat import run_queue_delay_s
 
+EVERY_S = 1.0  # seconds between reports, at most
+
 
 class IntervalStats:
-    def __init__(self, channels: Channels, kind: str, ident: int, every_s: float = 1.0):
-        self.channels, self.kind, self.ident, self.every_s = channels, kind, ident, every_s
+    def __init__(self, channels: Channels, kind: str, ident: int, report_interval: float = EVERY_S):
+        """Reports every `EVERY_S`, or every `report_interval` (the run's --report-interval) where that is shorter,
+        so that records written more often than once a second get fresh counts."""
+        self.channels, self.kind, self.ident = channels, kind, ident
+        self.every_s = min(EVERY_S, report_interval)
         self.last = time.monotonic()
         self.sums: dict[str, float] = {}
         self.lists: dict[str, list] = {}

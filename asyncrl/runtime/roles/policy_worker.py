@@ -58,7 +58,7 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
                            f"the actor's is {({k: shape for k, (shape, _) in layout.items()})}")
     want, acted = channels.live["want"], channels.live["acted"]  # the action handshake (runtime/plumbing/liveness.py)
     max_batch = max(1, cfg.num_splits // cfg.policy_workers)
-    stats = IntervalStats(channels, "policy", index, every_s=min(1.0, cfg.report_interval))
+    stats = IntervalStats(channels, "policy", index, cfg.report_interval)
     for key in ("batches", "samples", "t_infer", "t_wait"):
         stats.add(key, 0)
     serving = False  # until the first request, the wait is the rollout workers' start-up, not a stage

@@ -69,7 +69,7 @@ def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: C
         final_step[slot] = NO_FINAL
         guard.begin(split, slot)
 
-    stats = IntervalStats(channels, "rollout", worker, every_s=min(1.0, cfg.report_interval))
+    stats = IntervalStats(channels, "rollout", worker, cfg.report_interval)
     for key in ("env_steps", "env_errors", "t_env", "t_wait", "t_wait_slot"):
         stats.add(key, 0)
     stats.extend("episodes", [])
