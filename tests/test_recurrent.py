@@ -123,6 +123,23 @@ def test_the_state_columns_are_sized_from_the_settings_and_counted_in_the_memory
     runner.check_memory(Config(**{**cfg.__dict__, "rnn": "none"}), spec)
 
 
+@pytest.mark.parametrize("rnn, gate", [("gru", 1), ("lstm", 1)])  # torch's gate order: GRU r, z, n; LSTM i, f, g, o
+def test_the_keeping_gates_start_open(rnn: str, gate: int) -> None:
+    """The GRU's update gates and the LSTM's forget gates start at bias 1 (the sum of both bias vectors), the
+    rest at torch's initialisation: at 0 a core keeps half its state per step, and tests/test_memory.py's cue task
+    took 2-4x the env steps to learn (measured there)."""
+    from asyncrl.models.cores import build_core
+
+    torch.manual_seed(0)
+    core = build_core(rnn, 8, 16, 2)
+    for layer in range(2):
+        total = getattr(core.rnn, f"bias_ih_l{layer}") + getattr(core.rnn, f"bias_hh_l{layer}")
+        keep = total[gate * 16:(gate + 1) * 16]
+        rest = torch.cat([total[:gate * 16], total[(gate + 1) * 16:]])
+        assert torch.equal(keep, torch.ones(16)), keep
+        assert rest.abs().max() < 2 / 16 ** 0.5 and rest.std() > 0  # torch's uniform(-1/sqrt(size), 1/sqrt(size)) twice
+
+
 # ----- the acting contract with a state -----
 
 @pytest.mark.parametrize("rnn, keys", [("gru", ["h"]), ("lstm", ["h", "c"])])
