@@ -108,13 +108,14 @@ SMALLER: list[tuple[str, dict[str, str]]] = [
 ]
 # Atari and VizDoom games are slow to start: at the presets' 4 x 16 a run took 15-18 s of CPU to its first update,
 # at 2 a worker (one per split) 5 s. So runs of those envs (as resolved: `asyncrl-train --wandb` trains Pong) get
-# SLOW_START_LAYOUT, README's main job (`make train`'s) and its --resume too (tests/test_e2e.py's 32-worker Pong run
-# starts 64 Pong envs, as many as the preset's 4 x 16).
+# SLOW_START_LAYOUT, one game a worker, README's main job (`make train`'s) and its --resume too (tests/test_e2e.py's
+# 32-worker Pong run starts 32 Pong envs at it).
 SLOW_START_ENVS = ("atari_", "doom_")
-SLOW_START_LAYOUT = {"--envs-per-worker": "2", "--batch-size": "256"}
+SLOW_START_LAYOUT = {"--envs-per-worker": "1", "--worker-splits": "1", "--batch-size": "256"}
 # a VizDoom network match (doom_duel): its 2 env columns in one split of one worker (one match of 2 players), and a
 # first batch of 64 steps (a match steps some 40 times a second per player here)
-MATCH_LAYOUT = {"--workers": "1", "--worker-splits": "1", "--rollout": "16", "--batch-size": "64"}
+MATCH_LAYOUT = {"--workers": "1", "--envs-per-worker": "2", "--worker-splits": "1", "--rollout": "16",
+                "--batch-size": "64"}
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
                   "scripts/core_state.py": {"--steps": "50"},
                   "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}

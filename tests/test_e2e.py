@@ -53,10 +53,13 @@ def stop_with_ctrl_c(run: TrainRun, limit_s: float) -> tuple[int, float]:
 
 def test_pong_32_workers_runs_and_stops_cleanly_on_ctrl_c(tmp_path: Path, reap: list[TrainRun]) -> None:
     shm_before = shm_entries()
-    # Batches of 256 rather than the Atari preset's 1,024: what is tested is 32 workers starting and stopping, not
-    # the batch, and the three updates waited for below cost a quarter of the CPU (measured on a loaded machine:
-    # 23-24 s of user CPU for the test, where the 32 workers' start-up alone is 16 s of it).
-    run = start_train(["--env", "atari_pong", "--workers", "32", "--envs-per-worker", "2", "--batch-size", "256",
+    # The recipes' Atari layout (tests/doc_session.py's SLOW_START_LAYOUT): one game a worker, and batches of 256
+    # rather than the Atari preset's 1,024. What is tested is 32 workers starting and stopping, not the batch nor
+    # double buffering; each game costs 0.2 s of CPU to start (ale_py loads its ROM at construction and again at
+    # the seeded reset), so 2 a worker took 19-20 s of CPU for the test on a quiet machine, 1 a worker 12-14 s
+    # (2026-12-05, two runs each).
+    run = start_train(["--env", "atari_pong", "--workers", "32", "--envs-per-worker", "1", "--worker-splits", "1",
+                       "--batch-size", "256",
                        "--seconds", "300", "--report-interval", "1", "--max-policy-lag", str(MAX_POLICY_LAG)],
                       tmp_path / "train", "pong32", fresh=True)  # the script itself: its start-up and RSS are printed
     reap.append(run)
