@@ -30,8 +30,8 @@ $(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
 lint: install
 	$(BIN)/ruff check asyncrl tests scripts
 
-# Test files run in parallel processes (pytest-xdist), one per core this process may use (its CPU affinity and
-# cgroup quota: tests/conftest.py) up to TEST_JOBS; each file stays in one
+# Test files run in parallel processes (pytest-xdist), one more than the cores this process may use (its CPU affinity
+# and cgroup quota; the tests wait on processes: tests/conftest.py) up to TEST_JOBS; each file stays in one
 # process, so a module's fixtures are built once. TEST_JOBS=1 runs them one after another. Files are handed out in
 # collection order, longest first (tests/conftest.py's SLOW_FIRST), not xdist's default of most tests first.
 TEST_JOBS ?= 4

@@ -239,11 +239,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n logical` (make test) and `-n auto`: one test process per core this process may use (its CPU affinity,
-    capped by a cgroup quota: `asyncrl.system.usable_cpus`), where xdist would count every core of the machine
-    (`taskset -c 0 make test` started 2 test processes on one core). PYTEST_XDIST_AUTO_NUM_WORKERS still wins."""
+    """`-n logical` (make test) and `-n auto`: one test process more than the cores this process may use (its CPU
+    affinity, capped by a cgroup quota: `asyncrl.system.usable_cpus`), where xdist would count every core of the
+    machine. The tests wait on processes starting, sockets and report intervals: on 2 cores, one process a core
+    left 7-8% of the CPU idle and pytest took 303-312 s (four runs, 2026-12-05); three processes left 2% idle and
+    took 289-293 s (two runs). `make test` caps the count at TEST_JOBS; PYTEST_XDIST_AUTO_NUM_WORKERS still wins."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
     from asyncrl.system import usable_cpus
 
-    return usable_cpus()
+    return usable_cpus() + 1
