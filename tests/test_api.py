@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -38,12 +39,17 @@ TARGET = 300.0
 # to 150k frames played [312, 273, 500], and one stopped on the 100-episode mean alone (466, episodes of many past
 # versions) played a mean of 265.
 SOLVED = 450.0
-# The final policy played as it was trained (sampled actions), mean of 5 episodes: random 22.7, always-left 9.4.
-# Greedy play is no measure of it: one run stopped at a 100-episode mean of 450 played [188, 207, 208] greedily.
+# The run's best checkpoint (the evaluations' best greedy return, every EVAL_EVERY env steps) played greedily, mean
+# of 5 episodes: random 22.7, always-left 9.4. The final policy is no measure of what the run learned: it moves on
+# for the updates after the stop's record (a run stopped on both means at 450 played a sampled mean of 318.2 with
+# its final checkpoint, [355, 200, 235, 358, 443]; one stopped on the 100-episode mean alone 265), and greedy play
+# of a single version can fail where its sampled play does not ([188, 207, 208] at a 100-episode mean of 450).
 PLAYED_TARGET = 400.0
+EVAL_EVERY, EVAL_EPISODES = 10_000, 3
 
 SCRIPT = """\
 import json
+import os
 import sys
 
 import asyncrl
@@ -57,7 +63,7 @@ def solved(record):
 if __name__ == "__main__":
     assert "torch" not in sys.modules  # importing asyncrl leaves torch out
     result = asyncrl.train(env="CartPole-v1", env_vectorization="loop", frames={frames}, config=sys.argv[2],
-                           train_dir=sys.argv[1],
+                           train_dir=sys.argv[1], eval_every={eval_every}, eval_episodes={eval_episodes},
                            experiment="cp", callbacks=[solved])
     print("RESULT " + json.dumps({{"run_dir": result.run_dir, "metrics": result.metrics,
                                   "exit_code": result.exit_code, "stop_reason": result.stop_reason}}))
@@ -76,7 +82,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """One CartPole run through asyncrl.train() in a script, shared by the tests of this module."""
     root = tmp_path_factory.mktemp("api")
     script = root / "train_cartpole.py"
-    script.write_text(SCRIPT.format(frames=FRAMES, solved=SOLVED))
+    script.write_text(SCRIPT.format(frames=FRAMES, solved=SOLVED, eval_every=EVAL_EVERY, eval_episodes=EVAL_EPISODES))
     settings = root / "settings.yaml"
     settings.write_text("report-interval: 1\n")  # a config file alongside the keyword flags
     proc = subprocess.run([sys.executable, str(script), str(root / "train"), str(settings)], capture_output=True,
@@ -110,10 +116,10 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     assert last20 is not None and 500 - 5 * (500 - m) - 1e-6 <= last20 <= 500, best
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["report_interval"] == 1.0 and saved["batch_size"] == 256  # the file's value, the vector preset's
-    cli = subprocess.run([*launcher.script("train"), "--env", "CartPole-v1", "--env-vectorization", "loop", "--frames",
-                          str(FRAMES), "--report-interval",
-                          "1", "--train-dir", str(trained.train_dir), "--experiment", "cp", "--print-config"],
-                         capture_output=True, text=True, timeout=60)
+    cli = launcher.run("train", ["--env", "CartPole-v1", "--env-vectorization", "loop", "--frames", str(FRAMES),
+                                 "--report-interval", "1", "--eval-every", str(EVAL_EVERY), "--eval-episodes",
+                                 str(EVAL_EPISODES), "--train-dir", str(trained.train_dir), "--experiment", "cp",
+                                 "--print-config"], timeout=60)
     assert json.loads(cli.stdout) == saved  # the command line resolves the same configuration
 
 
@@ -144,20 +150,21 @@ def test_load_policy_is_the_trained_models_greedy_policy(trained: TrainedRun) ->
     assert set(np.unique(draws)) <= {0, 1} and abs(draws.mean() - p1[i]) < 0.05, (draws.mean(), p1[i])
 
 
-def test_a_loaded_policy_balances_the_pole(trained: TrainedRun) -> None:
+def test_the_best_checkpoint_loaded_balances_the_pole(trained: TrainedRun) -> None:
     torch.set_num_threads(1)
-    policy = asyncrl.load_policy(str(trained.run_dir))
+    policy = asyncrl.load_policy(str(trained.run_dir), best=True)
     env = gym.make("CartPole-v1")
     scores = []
     for episode in range(5):
         obs, _ = env.reset(seed=100 + episode)
         done, score = False, 0.0
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy(obs, sample=True))
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
             score += float(reward)
             done = terminated or truncated
         scores.append(score)
     env.close()
+    print(f"\nthe best checkpoint (policy version {policy.version}), 5 greedy CartPole episodes: {scores}")
     assert np.mean(scores) > PLAYED_TARGET, scores
 
 
@@ -259,8 +266,10 @@ def test_a_failed_run_raises_training_failed(tmp_path: Path) -> None:
             except asyncrl.TrainingFailed as exc:
                 print("FAILED", exc.result.exit_code, exc.result.run_dir, exc)
     """)
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=180,
-                          cwd=ROOT)
+    script = tmp_path / "fails.py"
+    script.write_text(code)
+    proc = launcher.run(f"{launcher.SCRIPT}{script}", [str(tmp_path)], cwd=ROOT, timeout=180,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"FAILED 1 {tmp_path / 'f'} training in {tmp_path / 'f'} failed (exit code 1)" in proc.stdout, proc.stdout
     assert "the learner crashed" in proc.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from importlib.util import find_spec
 
@@ -30,6 +29,7 @@ from asyncrl.bench.suite import (
 )
 from asyncrl.bench.trainer import measured_windows
 from asyncrl.cli.bench import split_argv
+from tests import launcher
 
 RECORD_KEYS = {"env", "mode", "workers", "envs_per_worker", "sps", "fps", "repeats", "sps_windows", "machine"}
 
@@ -43,11 +43,8 @@ SAMPLER_SECONDS = "3"
 
 
 def test_cli_null_sampler_prints_one_json_record() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "asyncrl.cli.bench", "--env", "null", "--mode", "sampler", "--seconds", SAMPLER_SECONDS,
-         "--workers", "2", "--envs-per-worker", "8"],
-        capture_output=True, text=True, timeout=120,
-    )
+    proc = launcher.run("bench", ["--env", "null", "--mode", "sampler", "--seconds", SAMPLER_SECONDS, "--workers", "2",
+                                  "--envs-per-worker", "8"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     assert RECORD_KEYS <= record.keys()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 import asyncrl
 from asyncrl.diagnostics.metrics import read_metrics
+from tests import launcher
 
 REPORT_INTERVAL = 0.5
 STOP_AT_RECORD = 4  # the callback asks to stop at this many metrics records
@@ -58,8 +58,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
     root = tmp_path_factory.mktemp("callbacks")
     script = root / "with_callbacks.py"
     script.write_text(SCRIPT.format(interval=REPORT_INTERVAL, stop_at=STOP_AT_RECORD))
-    proc = subprocess.run([sys.executable, str(script), str(root / "train")], capture_output=True, text=True,
-                          timeout=300, cwd=root)
+    proc = launcher.run(f"{launcher.SCRIPT}{script}", [str(root / "train")], cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root / "train", proc
 

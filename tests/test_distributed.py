@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.runtime.distributed.group import CHECKSUMS_ENV, CHECKSUMS_FILE
 from asyncrl.runtime.distributed.rank import rank_device, rank_from_environ
 from asyncrl.runtime.store.checkpoint import list_checkpoints
+from tests import launcher
 
 FLAGS = ["--env", "CartPole-v1", "--env-vectorization", "loop", "--device", "cpu", "--workers", "1",
          "--envs-per-worker", "4", "--report-interval", "1"]
@@ -46,17 +46,17 @@ def free_port() -> int:
 
 
 class Launch:
-    """One torchrun command (its own session, so the test can always clean up after it)."""
+    """One torchrun command (its own session, so the test can always clean up after it): `python -m
+    torch.distributed.run` as a fork of the tests' warm interpreter (tests/launcher.py); its ranks are new
+    interpreters, as torchrun starts them."""
 
     def __init__(self, torchrun_args: list[str], train_args: list[str], train_dir: Path, name: str,
                  module: str = "asyncrl.train"):
         self.out = train_dir.parent / f"{name}.out"
         env = {**os.environ, CHECKSUMS_ENV: "1"}
-        command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args, "-m", module,
-                   *FLAGS, *train_args, "--train-dir", str(train_dir)]
-        with open(self.out, "wb") as f:
-            self.proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+        args = [*torchrun_args, "-m", module, *FLAGS, *train_args, "--train-dir", str(train_dir)]
+        self.proc = launcher.popen("torch.distributed.run", args, self.out, self.out, env=env,
+                                   start_new_session=True)
 
     def wait(self, timeout: float = TIMEOUT_S) -> int:
         try:
@@ -150,17 +150,19 @@ def test_gradients_are_averaged_exactly_and_the_counters_agreed(tmp_path: Path) 
     ranks' gradients, the counters and the observation moments are pooled, and a non-finite loss on one rank makes
     both skip the step."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.dist_rank_step", str(rank), str(port), str(tmp_path)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in (0, 1)]
+    # each rank a fork of the tests' warm interpreter (tests/launcher.py), the output of both in files
+    logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
+    procs = [launcher.popen(f"{launcher.SCRIPT}{ROOT / 'tests' / 'dist_rank_step.py'}", [rank, port, tmp_path],
+                            log, log, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}) for rank, log in
+             zip((0, 1), logs, strict=True)]
     try:
-        outputs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+        codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    assert codes == [0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
     import torch
 
     r0, r1 = (torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1))

@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from tests import launcher
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=240,
-                            env={**os.environ, **(env or {})})
+    """`args` to completion: `python EXAMPLE ...` as a fork of the tests' warm interpreter (tests/launcher.py),
+    anything else as a process of its own."""
+    env = {**os.environ, **(env or {})}
+    if args[0] == sys.executable:
+        result = launcher.run(f"{launcher.SCRIPT}{args[1]}", args[2:], cwd=cwd, env=env, timeout=240)
+    else:
+        result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, f"{args} -> {result.returncode}\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}"
     return result.stdout
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from asyncrl.config import ALGOS, Config, ConfigError, applies_to
 from asyncrl.resolve import build_parser, config_from_flags, parse_config
+from tests import launcher
 
 PPO_ONLY = ["--normalize-obs", "--max-grad-norm 1", "--lr-schedule kl", "--epochs 2", "--minibatches 1",
             "--clip-ratio 0.2", "--entropy-coeff 0", "--vtrace-c 0.9", "--deterministic", "--scale small",
@@ -73,8 +72,7 @@ def test_help_and_the_generated_table_name_the_algorithms() -> None:
 
 
 def test_command_line_refusal_is_one_line_with_exit_code_2() -> None:
-    result = subprocess.run([sys.executable, "-m", "asyncrl.cli.train", *_argv("--normalize-obs", "sac")],
-                            capture_output=True, text=True, timeout=60)
+    result = launcher.run("train", _argv("--normalize-obs", "sac"), timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "asyncrl-train: error: --normalize-obs applies to --algo appo only, not sac; drop it"]

@@ -29,7 +29,8 @@ XLA_FLAGS = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), "--xla_backend_o
 
 def test_the_adapter_checks_pass_in_a_fresh_interpreter() -> None:
     checks = Path(__file__).with_name("gymnax_checks.py")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(checks)],
+    # --noconftest: the checks use no fixture of tests/conftest.py, whose imports (torch) would be half the time
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", str(checks)],
                           capture_output=True, text=True, timeout=300, cwd=checks.parent.parent,
                           env={**os.environ, "XLA_FLAGS": XLA_FLAGS})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

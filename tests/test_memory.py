@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -67,8 +65,8 @@ def test_a_recurrent_policy_remembers_the_cue(core: str, tmp_path: Path) -> None
     script = tmp_path / "learn.py"
     script.write_text(LEARN_SCRIPT.format(stop=SOLVED))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), core, str(LEARN_FRAMES[core])],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    proc = launcher.run(f"{launcher.SCRIPT}{script}", [str(tmp_path), core, str(LEARN_FRAMES[core])], cwd=tmp_path,
+                        env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = (tmp_path / core / "metrics.jsonl").read_text().splitlines()
     returns = [r["episode_return_mean"] for r in map(json.loads, lines) if r.get("episode_return_mean") is not None]

@@ -4,8 +4,6 @@ published, warm-up, and end-to-end runs through the real processes."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,6 +17,7 @@ from asyncrl.agents.off_policy.learner import OffPolicyLearner
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import flat_state
+from tests import launcher
 from tests.conftest import start_train
 
 T, B = 4, 3
@@ -193,17 +192,15 @@ def test_end_to_end_run_writes_finite_losses(algo: str, args: list[str], tmp_pat
     ("null", "td3", "--algo td3 needs continuous (Box) actions"),
 ])
 def test_discrete_action_spaces_are_refused_in_one_line(env: str, algo: str, message: str, tmp_path) -> None:
-    result = subprocess.run([sys.executable, "-m", "asyncrl.cli.train", "--env", env, "--algo", algo,
-                             "--train-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = launcher.run("train", ["--env", env, "--algo", algo, "--train-dir", str(tmp_path)], timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
 def test_a_replay_buffer_above_the_ram_is_refused(tmp_path) -> None:
-    result = subprocess.run([sys.executable, "-m", "asyncrl.cli.train", "--env", "Pendulum-v1", "--algo", "sac",
-                             "--replay-size", str(10**12), "--train-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+    result = launcher.run("train", ["--env", "Pendulum-v1", "--algo", "sac", "--replay-size", str(10**12),
+                                    "--train-dir", str(tmp_path)], timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "the replay buffer needs" in lines[0], result.stderr

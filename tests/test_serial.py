@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from asyncrl.cli.train import main as train_main
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.resolve import config_from_flags
 from asyncrl.runtime.store.checkpoint import list_checkpoints
+from tests import launcher
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,9 +48,8 @@ FIRST, RESUMED = 1500, 3000
 def test_serial_cartpole_learns_without_a_child_process() -> None:
     """The learning run of scripts/serial_cartpole.py (psutil samples of its children, an audit hook on every
     fork, exec and spawn inside it), with the test's lower bar."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "serial_cartpole.py"), "--seeds", str(SEED),
-                           "--target", str(TARGET), "--frames", str(FRAMES)], capture_output=True, text=True,
-                          timeout=240, cwd=ROOT)
+    proc = launcher.run(f"{launcher.SCRIPT}{ROOT / 'scripts' / 'serial_cartpole.py'}",
+                        ["--seeds", str(SEED), "--target", str(TARGET), "--frames", str(FRAMES)], cwd=ROOT, timeout=240)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["rc"] == 0, result
     assert result["samples"] > 100 and result["children"] == [] and result["spawned"] == [], result

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from asyncrl.cli import sweep as sweep_command
 from asyncrl.sweep import SweepError, parse_sweep, plan
+from tests import launcher
 
 SWEEP = {"base": {"env": "CartPole-v1", "frames": 3000, "report-interval": 1}, "grid": {"lr": [0.001, 0.0003]},
          "seeds": [0, 1], "group": "lr_sweep"}
 
 
 def sweep_cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "asyncrl.cli.sweep", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return launcher.run("sweep", list(args), cwd=cwd, timeout=timeout)
 
 
 def sweep_in_process(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch,
@@ -104,8 +103,7 @@ def test_tiny_sweep_runs_every_point_and_compare_reads_it(tmp_path: Path) -> Non
                     "lr-0.001/lr-0.001_seed0", "lr-0.001/lr-0.001_seed1"]
     config = json.loads((group / "lr-0.001" / "lr-0.001_seed1" / "config.json").read_text())
     assert config["seed"] == 1 and config["lr"] == 0.001
-    compare = subprocess.run([sys.executable, "-m", "asyncrl.cli.compare", str(group / "lr-0.001"),
-                              str(group / "lr-0.0003"), "--out", str(tmp_path / "cmp")],
-                             capture_output=True, text=True, timeout=120)
+    compare = launcher.run("compare", [str(group / "lr-0.001"), str(group / "lr-0.0003"), "--out",
+                                       str(tmp_path / "cmp")], timeout=120)
     assert compare.returncode == 0, compare.stderr
     assert "lr-0.001 " in compare.stdout and (tmp_path / "cmp" / "curves.png").exists()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -112,8 +110,7 @@ def test_greedy_play_and_exports_give_both_parts(tuple_run: str, tmp_path) -> No
 
 
 def test_a_tuple_with_an_unsupported_part_is_one_line_exit_2(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-c", "import asyncrl.cli.train as t, sys; sys.exit(t.main(["
-                           "'--env', 'hook_envs:make_tuple_of_dict', '--train-dir', sys.argv[1]]))", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=_env())
+    proc = launcher.run("train", ["--env", "hook_envs:make_tuple_of_dict", "--train-dir", str(tmp_path)], env=_env(),
+                        timeout=120)
     assert proc.returncode == 2 and "is not a Discrete, 1-D MultiDiscrete or 1-D Box space" in proc.stderr, \
         proc.stderr[-2000:]
