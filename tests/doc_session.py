@@ -199,11 +199,6 @@ def shape(cfg: Config, cwd: Path) -> tuple[str, Path]:
     return json.dumps(settings, sort_keys=True, default=str), cwd / cfg.run_dir
 
 
-def venv_bin(name: str) -> str:
-    local = ROOT / ".venv" / "bin" / name
-    return str(local if local.exists() else Path(sys.executable).parent / name)
-
-
 def common_cut(args: list[str], cwd: Path) -> int | None:
     """Where asyncrl-compare's --at-frames can cut the runs of its groups (its positional arguments), whose budgets this
     test set: the frames by which every run has a record of the compared metric and none has stopped; None when
@@ -265,10 +260,9 @@ class DocSession:
         if not resume and key in self.trained:
             shutil.copytree(self.trained[key], run_dir)
             return
-        if words[0] == "torchrun":
-            cmd = [venv_bin("torchrun"), *words[1:words.index("-m")], "-m", "asyncrl.train", *argv]
-            result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=240,
-                                    env={**os.environ, **env})
+        if words[0] == "torchrun":  # the agent a fork of the warm interpreter, as `python -m torch.distributed.run`
+            result = launcher.run("torch.distributed.run", [*words[1:words.index("-m")], "-m", "asyncrl.train", *argv],
+                                  cwd=cwd, env={**os.environ, **env}, timeout=240)
         else:
             result = launcher.run("train", argv, cwd=cwd, env=env, timeout=240)
         self.check(result, where)
