@@ -261,8 +261,9 @@ class DocSession:
             shutil.copytree(self.trained[key], run_dir)
             return
         if words[0] == "torchrun":  # the agent a fork of the warm interpreter, as `python -m torch.distributed.run`
-            result = launcher.run("torch.distributed.run", [*words[1:words.index("-m")], "-m", "asyncrl.train", *argv],
-                                  cwd=cwd, env={**os.environ, **env}, timeout=240)
+            logs = ["--log-dir", str(cwd / "torchrun-logs")]  # not torchrun's default, a new directory under /tmp
+            result = launcher.run("torch.distributed.run", [*words[1:words.index("-m")], *logs, "-m", "asyncrl.train",
+                                                            *argv], cwd=cwd, env={**os.environ, **env}, timeout=240)
         else:
             result = launcher.run("train", argv, cwd=cwd, env=env, timeout=240)
         self.check(result, where)

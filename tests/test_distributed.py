@@ -54,7 +54,9 @@ class Launch:
                  module: str = "asyncrl.train"):
         self.out = train_dir.parent / f"{name}.out"
         env = {**os.environ, CHECKSUMS_ENV: "1"}
-        args = [*torchrun_args, "-m", module, *FLAGS, *train_args, "--train-dir", str(train_dir)]
+        # torchrun's own log directory in the test's (its default is a new directory under /tmp, never removed)
+        args = [*torchrun_args, "--log-dir", str(train_dir.parent / f"{name}.torchrun"), "-m", module, *FLAGS,
+                *train_args, "--train-dir", str(train_dir)]
         self.proc = launcher.popen("torch.distributed.run", args, self.out, self.out, env=env,
                                    start_new_session=True)
 
