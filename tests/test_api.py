@@ -42,14 +42,13 @@ SOLVED = 450.0
 # The run's best checkpoint (the evaluations' best greedy return, every EVAL_EVERY env steps) played greedily, mean
 # of 5 episodes: random 22.7, always-left 9.4. The final policy is no measure of what the run learned: it moves on
 # for the updates after the stop's record (a run stopped on both means at 450 played a sampled mean of 318.2 with
-# its final checkpoint, [355, 200, 235, 358, 443]; one stopped on the 100-episode mean alone 265), and greedy play
-# of a single version can fail where its sampled play does not ([188, 207, 208] at a 100-episode mean of 450).
+# its final checkpoint, [355, 200, 235, 358, 443]), and greedy play of a single version can fail where its sampled
+# play does not ([188, 207, 208] at a 100-episode mean of 450).
 PLAYED_TARGET = 400.0
 EVAL_EVERY, EVAL_EPISODES = 10_000, 3
 
 SCRIPT = """\
 import json
-import os
 import sys
 
 import asyncrl
