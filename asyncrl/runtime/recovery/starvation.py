@@ -13,6 +13,7 @@ does not report run-queue delays nothing is excused. Torch-free.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 QUIET_AFTER_S = 1.0  # a heartbeat this old (at most 1/8 of the limit) starts the run-queue watch; earlier waits count
@@ -23,9 +24,19 @@ STARVED_MAX_FACTOR = 10.0  # a heartbeat older than this many limits is stale wh
 STARVED_SHARE = 0.5
 
 
-def thread_run_queue_delays(pid: int) -> dict[int, float]:
-    """Run-queue delay in seconds of each thread of process `pid`; {} where Linux does not report it."""
-    delays = {}
+@dataclass(frozen=True)
+class ThreadSched:
+    """One thread's scheduler counters: seconds on a core, seconds waiting in a run queue, and whether it is
+    runnable (running or waiting for a core) now."""
+
+    on_cpu_s: float
+    waited_s: float
+    runnable: bool
+
+
+def thread_sched(pid: int) -> dict[int, ThreadSched]:
+    """The scheduler counters of each thread of process `pid`; {} where Linux does not report them."""
+    threads = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -33,31 +44,59 @@ def thread_run_queue_delays(pid: int) -> dict[int, float]:
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                delays[int(tid)] = int(f.read().split()[1]) / 1e9
+                on_cpu, waited = f.read().split()[:2]
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                state = f.read().rpartition(b")")[2].split()[0]  # the name before it may hold spaces and ")"
+            threads[int(tid)] = ThreadSched(int(on_cpu) / 1e9, int(waited) / 1e9, state == b"R")
         except (OSError, IndexError, ValueError):
             continue
-    return delays
+    return threads
+
+
+def thread_run_queue_delays(pid: int) -> dict[int, float]:
+    """Run-queue delay in seconds of each thread of process `pid`; {} where Linux does not report it."""
+    return {tid: t.waited_s for tid, t in thread_sched(pid).items()}
 
 
 @dataclass
 class StarvationWatch:
-    """The run-queue delays of one process's threads when its heartbeat went quiet (per heartbeat value)."""
+    """The run-queue delays of one process's threads when its heartbeat went quiet (per heartbeat value).
+
+    Linux adds a wait to a thread's run-queue delay only once the thread gets a core: a process at nice 19 beside
+    busy loops shows nothing for seconds, then the whole wait at once. A thread seen runnable with the same
+    counters at two looks has waited all the time between them, so that time counts before the kernel adds it.
+    """
 
     quiet_after_s: float = QUIET_AFTER_S
     beat: float = -1.0
     pid: int = -1
     base: dict[int, float] = field(default_factory=dict)
+    seen: dict[int, tuple[ThreadSched, float]] = field(default_factory=dict)  # counters, when first seen so
 
     def waited_s(self, pid: int, beat: float, age: float) -> float:
         """Seconds the process has waited for a core since its heartbeat `beat` (now `age` s old) went quiet: the
-        longest wait of any of its threads. 0 until the beat is `quiet_after_s` old."""
+        longest wait of any of its threads, the wait it is in now included. 0 until the beat is `quiet_after_s`
+        old."""
         if age < self.quiet_after_s:
             return 0.0
+        now, threads = time.monotonic(), thread_sched(pid)
         if (beat, pid) != (self.beat, self.pid):
-            self.beat, self.pid, self.base = beat, pid, thread_run_queue_delays(pid)
+            self.beat, self.pid = beat, pid
+            self.base = {tid: t.waited_s for tid, t in threads.items()}
+            self.seen = {tid: (t, now) for tid, t in threads.items()}
             return 0.0
-        now = thread_run_queue_delays(pid)
-        return max((now[t] - self.base[t] for t in now.keys() & self.base.keys()), default=0.0)
+        longest = 0.0
+        for tid, t in threads.items():
+            if tid not in self.base:
+                continue
+            waited = t.waited_s - self.base[tid]
+            before, since = self.seen.get(tid, (None, now))
+            if t.runnable and t == before:  # runnable and not run since it was first seen so: waiting all along
+                waited += now - since
+            else:
+                self.seen[tid] = (t, now)
+            longest = max(longest, waited)
+        return longest
 
 
 def starved(waited: float, watched: float) -> bool:

@@ -37,6 +37,7 @@ from asyncrl.runtime.plumbing.eval_schedule import FINAL_TIMEOUT_S, RESULT_KEYS,
 from asyncrl.runtime.plumbing.liveness import write_training_info
 from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
+from asyncrl.runtime.recovery.starvation import StarvationWatch, stale
 from asyncrl.runtime.recovery.supervisor import (
     RunError,
     Supervisor,
@@ -60,9 +61,15 @@ def _child_main(module: str, function: str, *args) -> None:
 def join_while_beating(proc: mp.process.BaseProcess, beat, deadline: float, hang_timeout: float) -> bool:
     """Join `proc` until `deadline` (time.monotonic()), then for as long as its heartbeat `beat[0]` (the monotonic
     time of its last sign of work) is younger than `hang_timeout`: the learner's final checkpoint waits for an
-    update of a big batch that outlasts SHUTDOWN_TIMEOUT_S. True once it has exited."""
+    update of a big batch that outlasts SHUTDOWN_TIMEOUT_S. Time it spent waiting for a core is not counted
+    against it, as the supervisor does not. True once it has exited."""
     proc.join(timeout=max(0.0, deadline - time.monotonic()))
-    while proc.is_alive() and time.monotonic() - float(beat[0]) < hang_timeout:
+    watch = StarvationWatch(quiet_after_s=0.0)
+    while proc.is_alive():
+        last = float(beat[0])
+        age = time.monotonic() - last
+        if stale(age, watch.waited_s(proc.pid, last, age), hang_timeout):
+            break
         proc.join(timeout=0.5)
     return not proc.is_alive()
 
