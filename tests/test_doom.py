@@ -407,11 +407,14 @@ def test_a_duel_on_a_taken_port_starts_again_at_another(doom: list, monkeypatch:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("0.0.0.0", 0))
         picks = [taken.getsockname()[1]]
-        real = doom_match.free_port
+        real, real_workdir, made = doom_match.free_port, doom_match.make_workdir, []
         monkeypatch.setattr(doom_match, "free_port", lambda: picks.pop() if picks else real())
+        monkeypatch.setattr(doom_match, "make_workdir", lambda: made.append(real_workdir()) or made[-1])
         env = doom_match.DoomMatchVecEnv("doom_duel", 2)
         doom.append(env)
         assert not picks and f"-port {taken.getsockname()[1]} " not in env.players[0].proc.args[-1]
+        # the first match's players were killed while connecting, before their watchdogs: their dirs are gone too
+        assert [Path(d).exists() for d in made] == [False, False, True, True], made
         buf = Buffers(2)
         env.reset(0, buf.obs)
         buf.step(env, [0, 0])

@@ -159,6 +159,11 @@ def doom_env_spec(name: str, measurements: bool = False) -> EnvSpec:
     return EnvSpec(name, OBS_SHAPE, np.dtype(np.uint8), actions, frameskip=FRAMESKIP, num_agents=sc.players)
 
 
+def make_workdir() -> str:
+    """A new working directory for VizDoom engines under the temp dir."""
+    return tempfile.mkdtemp(prefix="asyncrl-vizdoom-")
+
+
 def _instance_id(engine: psutil.Process) -> str:
     args = engine.cmdline()
     instance = args[args.index("+viz_instance_id") + 1]
@@ -209,7 +214,10 @@ class DoomVecEnv(VecEnv):
     """
 
     def __init__(self, name: str, num_envs: int, *, training: bool = True, episode_timeout: int | None = None,
-                 measurements: bool = False, hud: bool | None = None, game_args: str = "") -> None:
+                 measurements: bool = False, hud: bool | None = None, game_args: str = "",
+                 workdir: str | None = None) -> None:
+        """`workdir`: the engines' working directory, removed by `close` (default: a new one under the temp dir);
+        a caller that may kill this process before its watchdog starts makes it, to remove it then."""
         self.num_envs = num_envs
         self.training = training
         self.measurements = measurements
@@ -229,7 +237,7 @@ class DoomVecEnv(VecEnv):
         self.engine_pids: list[int] = []  # the engine processes, children of this process
         self.shm_paths: list[str] = []  # their shared memory and message queues
         self._watchdog: subprocess.Popen[bytes] | None = None
-        self.workdir = tempfile.mkdtemp(prefix="asyncrl-vizdoom-")  # the engines' cwd (they create _vizdoom/)
+        self.workdir = workdir or make_workdir()  # the engines' cwd (they create _vizdoom/)
         try:
             me = psutil.Process()
             before = {p.pid for p in me.children()}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,6 +47,7 @@ from asyncrl.envs.doom import (
     SHM_NAMES,
     _instance_id,
     doom_env_spec,
+    make_workdir,
     remove_orphans,
     scenario,
     shm_entries,
@@ -75,7 +77,9 @@ class Player:
 
     def __init__(self, name: str, player: int, players: int, port: int, *, training: bool) -> None:
         mine, theirs = socket.socketpair()
-        settings = repr((name, player_args(player, players, port), training))
+        # made here, so that a player killed while its engine connects (no watchdog yet) leaves nothing behind
+        self.workdir = make_workdir()
+        settings = repr((name, player_args(player, players, port), training, self.workdir))
         # the engines print their network handshake: out of sight; a player's errors come back over the socket
         self.proc = subprocess.Popen([sys.executable, "-m", "asyncrl.envs.doom_match", str(theirs.fileno()),
                                       settings], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
@@ -115,6 +119,7 @@ class Player:
         for instance in instances:
             for prefix in SHM_NAMES:
                 Path(f"/dev/shm/{prefix}{instance}").unlink(missing_ok=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
         self.conn.close()
 
     def close(self) -> None:
@@ -127,6 +132,7 @@ class Player:
         except subprocess.TimeoutExpired:
             self.proc.kill()  # its engine's watchdog sees the pipe close and kills the engine
             self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
         self.conn.close()
 
 
@@ -222,13 +228,13 @@ class DoomMatchVecEnv(VecEnv):
         self.players = []
 
 
-def serve(conn: Connection, name: str, game_args: str, training: bool) -> None:
+def serve(conn: Connection, name: str, game_args: str, training: bool, workdir: str) -> None:
     """A player's loop: make its game (which joins the match), then answer reset / step / close requests. A step
     request's third item ends the episode at that step (the match's time limit)."""
     from asyncrl.envs.doom import DoomVecEnv
 
     try:
-        env = DoomVecEnv(name, 1, training=training, episode_timeout=0, game_args=game_args)
+        env = DoomVecEnv(name, 1, training=training, episode_timeout=0, game_args=game_args, workdir=workdir)
     except BaseException as error:
         conn.send(EnvError(f"{name}: a match player could not start: {error}"))
         return
