@@ -65,7 +65,9 @@ def free_port() -> int:
 def test_two_ranks_example_runs_both_ranks(tmp_path: Path) -> None:
     bin_dir = str(ROOT / ".venv" / "bin") if (ROOT / ".venv" / "bin" / "torchrun").exists() else \
         str(Path(sys.executable).parent)
-    run([str(EXAMPLES / "two_ranks.sh"), "--frames", "600"], tmp_path, {"BIN": bin_dir, "PORT": str(free_port())})
+    # TMPDIR: torchrun's own log directory (a new /tmp/torchelastic_* at each launch) lands in the test's
+    run([str(EXAMPLES / "two_ranks.sh"), "--frames", "600"], tmp_path,
+        {"BIN": bin_dir, "PORT": str(free_port()), "TMPDIR": str(tmp_path)})
     run_dir = tmp_path / "train_dir" / "two_ranks"
     ranks = [json.loads(line).get("ranks") for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert 2 in ranks and (run_dir / "rank1").is_dir()
