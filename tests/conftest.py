@@ -202,21 +202,20 @@ def collect_rollout_slots(cfg: Any, order: list[int]) -> tuple[dict[str, Any], l
             assert channels.full.get(timeout=30) == slot
             if i + 1 < len(order):
                 channels.free.put(order[i + 1])
-        time.sleep(1.3)  # the worker, waiting for a free slot, sends its interval's counts (every second)
-        while True:
-            try:
-                kind, _, _, payload = channels.reports.get(timeout=0.2)
-            except Empty:
-                break
-            if kind == "rollout":
-                reports.append(payload)
         arrays = {k: np.array(traj[k]) for k in traj}
     finally:
-        channels.request_stop()
-        proc.join(10)
+        channels.request_stop()  # the worker, waiting for a free slot, reports the steps since its last report
+        proc.join(30)
         if proc.is_alive():
             proc.kill()
             proc.join()
+    while True:
+        try:
+            kind, _, _, payload = channels.reports.get(timeout=0.2)
+        except Empty:
+            break
+        if kind == "rollout":
+            reports.append(payload)
     return arrays, reports
 
 
