@@ -106,18 +106,13 @@ def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() ->
                 p.join(timeout=5)
 
 
-def _spin_starved(cpu: int) -> None:
-    _pin(cpu, nice=19)
-    while True:
-        pass
-
-
-def _wait_pinned(procs: list, cpu: int) -> None:
-    """Until each of `procs` runs on `cpu` alone, at its final priority (a busy machine can take a while to fork)."""
+def _wait_pinned(procs: list, cpu: int, niced: object) -> None:
+    """Until each of `procs` runs on `cpu` alone and `niced` at nice 19 (a busy machine can take a while to fork)."""
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
         try:
-            if all(os.sched_getaffinity(p.pid) == {cpu} for p in procs):
+            if all(os.sched_getaffinity(p.pid) == {cpu} for p in procs) and \
+                    os.getpriority(os.PRIO_PROCESS, niced.pid) == 19:
                 return
         except OSError:
             pass
@@ -126,20 +121,18 @@ def _wait_pinned(procs: list, cpu: int) -> None:
 
 
 def test_the_watch_counts_the_wait_a_starved_process_is_in() -> None:
-    """Linux adds a wait to the run-queue delay only when the thread gets its next turn: at nice 19 beside three
-    busy loops on its core that is every second or two (longer on a busier machine), and until then the age of a
+    """Linux adds a wait to the run-queue delay only when the thread gets its next turn: at nice 19 beside eight
+    busy loops on its core that is a second or more apart (longer on a busier machine), and until then the age of a
     heartbeat would read as a hang. The watch counts the wait the thread is in, so at every look all of the watched
     time but the few milliseconds it ran and one look's interval is waiting."""
     cpu = min(os.sched_getaffinity(0))
-    spinner = FORK.Process(target=_spin_starved, args=(cpu,), daemon=True)
-    hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(3)]
+    spinner = FORK.Process(target=_starved, args=(cpu, FORK.RawArray("d", 1)), daemon=True)
+    hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(8)]  # turns over a second apart
     watch = StarvationWatch(quiet_after_s=0.0)
     try:
         for p in [*hogs, spinner]:
             p.start()
-        _wait_pinned([*hogs, spinner], cpu)
-        while os.getpriority(os.PRIO_PROCESS, spinner.pid) != 19:
-            time.sleep(0.02)
+        _wait_pinned([*hogs, spinner], cpu, niced=spinner)
         t0 = time.monotonic()
         watch.waited_s(spinner.pid, beat=t0, age=0.0)
         uncounted = []
