@@ -118,6 +118,7 @@ MATCH_LAYOUT = {"--workers": "1", "--envs-per-worker": "2", "--worker-splits": "
                 "--batch-size": "64"}
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
                   "scripts/core_state.py": {"--steps": "50"},
+                  "scripts/doom_shots.py": {"--episodes": "1"},  # an untrained policy's episode: ~100 steps
                   "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
 
