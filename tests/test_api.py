@@ -45,7 +45,7 @@ SOLVED = 450.0
 # its final checkpoint, [355, 200, 235, 358, 443]), and greedy play of a single version can fail where its sampled
 # play does not ([188, 207, 208] at a 100-episode mean of 450).
 PLAYED_TARGET = 400.0
-EVAL_EVERY, EVAL_EPISODES = 10_000, 3
+EVAL_EVERY, EVAL_EPISODES = 10_000, 10
 
 SCRIPT = """\
 import json

@@ -51,7 +51,7 @@ from asyncrl.models.obs import obs_from_numpy
 from asyncrl.models.registry import state_layout
 from asyncrl.runtime.host.seeding import write_initial_weights_checksum
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
-from asyncrl.runtime.plumbing.eval_schedule import DUE, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.plumbing.eval_schedule import DUE, FINAL_EVAL_REASONS, RESULT_KEYS, EvalSchedule
 from asyncrl.runtime.plumbing.trajectories import (
     NO_FINAL,
     allocate_trajectories,
@@ -488,8 +488,9 @@ class SerialRun:
         self.policy_mark = self.rollout_mark = self.last_update = time.monotonic()  # no stage's time
 
     def _final_evaluation(self) -> None:
-        """--eval-every: the final weights, once the run reached --frames or --seconds (as the runner does)."""
-        if not self.evaluation.enabled or self.stop_reason not in ("frames", "seconds"):
+        """--eval-every: the final weights, once --frames, --seconds or a callback stopped the run (as the runner
+        does)."""
+        if not self.evaluation.enabled or self.stop_reason not in FINAL_EVAL_REASONS:
             return
         frames = self.totals.env_steps * self.spec.frameskip
         self.evaluation.request_final(frames)

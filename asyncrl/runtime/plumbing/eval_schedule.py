@@ -4,7 +4,7 @@ The runner asks for an evaluation by writing the current frame count into a smal
 evaluation process (`runtime/roles/evaluator.py`) polls; a request made while an evaluation is still running is
 merged into the next one (only the newest frame count is kept), so a slow evaluation never queues up work.
 Results arrive as `eval` reports and are added to the next metrics record (keys `eval_*`, TensorBoard
-`eval/`). When a run reaches --frames or --seconds, the final weights are evaluated once more after the
+`eval/`). When --frames, --seconds or a callback stops a run, the final weights are evaluated once more after the
 samplers have stopped, and that result goes into the last record. Torch-free, like the runner.
 
 An evaluation's files (a new `checkpoints/best.pt`, `videos/eval_<frames>.mp4` and `.gif`) are written under
@@ -28,6 +28,9 @@ from asyncrl.shm import SharedArrays
 RESULT_KEYS = ("eval_return_mean", "eval_return_std", "eval_sampled_return_mean", "eval_sampled_return_std",
                "eval_len_mean", "eval_policy_version", "eval_frames", "eval_seconds", "eval_best_return")
 FINAL_TIMEOUT_S = 300.0  # the longest a finished run waits for its final evaluation
+# Stops after which the final weights are evaluated: a callback's stop too (a run stopped once it is solved would
+# otherwise leave best.pt to a periodic evaluation of weights thousands of steps older, or to none); not a signal.
+FINAL_EVAL_REASONS = ("frames", "seconds", "callback")
 DUE, FINAL = 0, 1  # the request block: frames to evaluate at; 1 when that is the final evaluation
 STAGING = ".eval_staging"  # under the run directory: an evaluation's files until its report is received
 

@@ -33,7 +33,7 @@ from asyncrl.population.pbt import PopulationTrainer
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
 from asyncrl.runtime.plumbing.channels import Empty
-from asyncrl.runtime.plumbing.eval_schedule import FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.plumbing.eval_schedule import FINAL_EVAL_REASONS, FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
 from asyncrl.runtime.plumbing.liveness import write_training_info
 from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
@@ -426,9 +426,10 @@ class Runner:
             self.stop_reason = "frames"
 
     def _final_evaluation(self) -> None:
-        """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it."""
+        """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it (and
+        best.pt weighs them), after a stop by --frames, --seconds or a callback; not after a signal."""
         reason = self.stop_reason
-        if not self.evaluation.enabled or reason not in ("frames", "seconds"):
+        if not self.evaluation.enabled or reason not in FINAL_EVAL_REASONS:
             return
         self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
         self._restart_evaluator(nice=0)
