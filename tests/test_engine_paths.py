@@ -65,7 +65,7 @@ def test_two_policy_workers_and_frames_stop_then_enjoy_beats_an_untrained_policy
         tmp_path: Path, reap: list[TrainRun], capsys: pytest.CaptureFixture[str]) -> None:
     """--policy-workers 2: both serve inference; --frames stops the run at (just after) the frame count; and
     `asyncrl-enjoy` scores the final checkpoint well above the same model with untrained weights."""
-    frames = 40_000
+    frames = 80_000
     batch = ["--batch-size", "256", "--minibatches", "4"]  # the CartPole preset's: batches of 64 learn unevenly
     run = start_train([*SMALL, *batch, "--policy-workers", "2", "--frames", str(frames)], tmp_path / "train", "pw2")
     reap.append(run)
@@ -103,8 +103,9 @@ def test_two_policy_workers_and_frames_stop_then_enjoy_beats_an_untrained_policy
     trained_score, fresh_score = enjoy(run.run_dir, capsys), enjoy(fresh_dir, capsys)
     print(f"{measured}\nasyncrl-enjoy --greedy, 5 CartPole episodes: trained ({last['frames']:,} frames) "
           f"{trained_score:g}, untrained {fresh_score:g}")  # after enjoy's output was read
-    # The bar with its margin: the untrained model (seed 0) plays 79.6 greedily, a random policy 22.7; the trained
-    # one played 500 (the maximum) at 40k env steps on a machine loaded about 10x, where the bar was 159.
+    # The bar with its margin: the untrained model (seed 0) plays 79.6 greedily, a random policy 22.7, so the bar is
+    # 159. At 40k env steps the final policy played 500, 500, 359.8 and, once in a fresh-clone CI, 134.6 (the final
+    # weights, not the run's best); at 80k, 500 in both runs with two at once (2026-12-06).
     assert trained_score >= 2 * fresh_score and trained_score >= fresh_score + 50, (trained_score, fresh_score)
 
 
