@@ -98,6 +98,10 @@ def test_train_from_a_script_returns_the_run_dir_and_final_metrics(trained: Trai
     assert result["stop_reason"] in ("callback", "frames")  # solved, or the budget ran out
     records = read_metrics(str(run_dir))
     assert result["metrics"] == records[-1]  # the tail has its record
+    if result["stop_reason"] == "callback":  # as after --frames, the final weights are evaluated (and weigh in best.pt)
+        stopped = next(r["frames"] for r in records if min(r.get("episode_return_mean") or 0,
+                                                          r.get("episode_return_mean_20") or 0) >= SOLVED)
+        assert records[-1].get("eval_frames", 0) >= stopped, (stopped, records[-1])
     if result["stop_reason"] == "frames":
         assert records[-1]["frames"] >= FRAMES
     else:
