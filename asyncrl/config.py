@@ -77,6 +77,11 @@ ACTIVATIONS = ("tanh", "relu")  # --activation: the built-in MLPs' hidden units
 REPLAY_ONLY = ("sac", "td3", "redq")
 
 
+def ppo_setting(default: Any, help: str) -> Any:
+    """A Config field that only APPO uses: its default and its --help text."""
+    return field(default=default, metadata={"algos": PPO_ONLY, "help": help})
+
+
 def applies_to(f: dataclasses.Field) -> tuple[str, ...]:
     """The --algo values field `f` applies to."""
     return tuple(f.metadata.get("algos", ALGOS))
@@ -171,8 +176,8 @@ class Config:
         "help": "learning algorithm (asyncrl/agents/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
                 "docs/off-policy.md)"})
     batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
-    epochs: int = field(default=3, metadata={"algos": PPO_ONLY, "help": "passes over each batch"})
-    minibatches: int = field(default=4, metadata={"algos": PPO_ONLY, "help": "optimizer steps per epoch"})
+    epochs: int = ppo_setting(3, "passes over each batch")
+    minibatches: int = ppo_setting(4, "optimizer steps per epoch")
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})
     lr_scaling: str = field(default="none", metadata={
         "help": "none, sqrt or linear: use --lr x sqrt(k) or --lr x k as the learning rate, k = global batch "
@@ -184,86 +189,86 @@ class Config:
     lr_base: float = field(default=0.0, metadata={
         "help": "with --lr-scaling: the rate it scales, recorded in config.json so --resume does not scale twice "
                 "(0: --lr; a given --lr resets it)", "cli": False})
-    scale: str = field(default="", metadata={"algos": PPO_ONLY,
-        "help": "small, medium or large: the scaling guide's PPO settings for 64 / 4,096 / 65,536 envs (lr, rollout, "
-                "minibatches, epochs, gamma, vtrace-c, workers x envs per worker, batch = envs x rollout); given "
-                "flags win over it, it wins over the env's preset"})
-    lr_schedule: str = field(default="constant", metadata={"algos": PPO_ONLY,
-        "help": "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
-                "or auto (linear when --frames is set)"})
-    lr_warmup: int = field(default=0, metadata={"algos": PPO_ONLY,
-        "help": "frames over which the learning rate rises linearly from 0 to what --lr-schedule gives (0: none), "
-                "as optax's warm-up schedules do"})
-    kl_target: float = field(default=0.01, metadata={"algos": PPO_ONLY,
-        "help": "mean KL from the behaviour policy to the current one that the kl schedule aims at"})
-    adam_eps: float = field(default=1e-5, metadata={"algos": PPO_ONLY, "help": "Adam epsilon"})
+    scale: str = ppo_setting("",
+        "small, medium or large: the scaling guide's PPO settings for 64 / 4,096 / 65,536 envs (lr, rollout, "
+        "minibatches, epochs, gamma, vtrace-c, workers x envs per worker, batch = envs x rollout); given "
+        "flags win over it, it wins over the env's preset")
+    lr_schedule: str = ppo_setting("constant",
+        "kl (adapts to keep the policy KL near --kl-target), constant, linear (decays to 0 at --frames) "
+        "or auto (linear when --frames is set)")
+    lr_warmup: int = ppo_setting(0,
+        "frames over which the learning rate rises linearly from 0 to what --lr-schedule gives (0: none), "
+        "as optax's warm-up schedules do")
+    kl_target: float = ppo_setting(0.01,
+        "mean KL from the behaviour policy to the current one that the kl schedule aims at")
+    adam_eps: float = ppo_setting(1e-5, "Adam epsilon")
     gamma: float = field(default=0.99, metadata={"help": "discount factor"})
-    clip_ratio: float = field(default=0.1, metadata={"algos": PPO_ONLY, "help": "PPO clip epsilon"})
-    value_coeff: float = field(default=0.5, metadata={"algos": PPO_ONLY, "help": "value loss weight"})
-    entropy_coeff: float = field(default=0.01, metadata={"algos": PPO_ONLY, "help": "entropy bonus weight"})
-    max_grad_norm: float = field(default=0.5, metadata={"algos": PPO_ONLY, "help": "gradient norm clip"})
-    vtrace_rho: float = field(default=1.0, metadata={"algos": PPO_ONLY,
-        "help": "V-trace rho-bar (importance weight clip)"})
-    vtrace_c: float = field(default=0.95, metadata={"algos": PPO_ONLY,
-        "help": "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)"})
-    normalize_advantages: bool = field(default=True, metadata={"algos": PPO_ONLY,
-        "help": "normalise advantages per minibatch"})
-    normalize_obs: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "running mean/std observation normalisation"})
-    normalize_returns: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
-                "so value targets are of order 1"})
-    center_values: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "the value head learns the V-trace targets minus an offset refitted to their mean at every step, "
-                "and V-trace reads head + offset (asyncrl/agents/appo/loss.py): no step pulls the network towards "
-                "a constant, which on returns far from 0 made an LSTM's cells run away (docs/results.md); on by "
-                "default with --rnn lstm"})
-    value_transform: str = field(default="none", metadata={"algos": PPO_ONLY,
-        "help": "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)"})
-    max_policy_lag: int = field(default=4, metadata={"algos": PPO_ONLY,
-        "help": "drop samples more than this many updates old"})
+    clip_ratio: float = ppo_setting(0.1, "PPO clip epsilon")
+    value_coeff: float = ppo_setting(0.5, "value loss weight")
+    entropy_coeff: float = ppo_setting(0.01, "entropy bonus weight")
+    max_grad_norm: float = ppo_setting(0.5, "gradient norm clip")
+    vtrace_rho: float = ppo_setting(1.0,
+        "V-trace rho-bar (importance weight clip)")
+    vtrace_c: float = ppo_setting(0.95,
+        "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)")
+    normalize_advantages: bool = ppo_setting(True,
+        "normalise advantages per minibatch")
+    normalize_obs: bool = ppo_setting(False,
+        "running mean/std observation normalisation")
+    normalize_returns: bool = ppo_setting(False,
+        "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
+        "so value targets are of order 1")
+    center_values: bool = ppo_setting(False,
+        "the value head learns the V-trace targets minus an offset refitted to their mean at every step, "
+        "and V-trace reads head + offset (asyncrl/agents/appo/loss.py): no step pulls the network towards "
+        "a constant, which on returns far from 0 made an LSTM's cells run away (docs/results.md); on by "
+        "default with --rnn lstm")
+    value_transform: str = ppo_setting("none",
+        "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)")
+    max_policy_lag: int = ppo_setting(4,
+        "drop samples more than this many updates old")
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
-    activation: str = field(default="tanh", metadata={"algos": PPO_ONLY,
-        "help": "hidden units of the MLPs on vector observations: tanh (most PPO baselines for control) or relu "
-                "(gymnax-blines' MinAtar agents; on Breakout-MinAtar it learns much faster, docs/results.md)"})
+    activation: str = ppo_setting("tanh",
+        "hidden units of the MLPs on vector observations: tanh (most PPO baselines for control) or relu "
+        "(gymnax-blines' MinAtar agents; on Breakout-MinAtar it learns much faster, docs/results.md)")
     # --- populations: several policies, population-based training (docs/populations.md) ---
-    num_policies: int = field(default=1, metadata={"algos": PPO_ONLY,
-        "help": "policies trained at once, each with its own weights, optimiser and version (one learner process "
-                "trains them all); --policy-mapping says which acts where"})
-    policy_mapping: str = field(default="fixed", metadata={"algos": PPO_ONLY,
-        "help": "fixed (a multi-agent env's agent k, or a single-agent env's env column k, is policy k mod "
-                "--num-policies) or random (each agent draws a policy at each episode start)"})
-    policy_settings: str = field(default="", metadata={"algos": PPO_ONLY,
-        "help": "per-policy starting settings, a JSON list with one object per policy, of lr, entropy_coeff, "
-                "clip_ratio and gamma, e.g. '[{\"lr\": 1e-6}, {}, {}, {}]' (the flags' values elsewhere)"})
-    pbt: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "population-based training over the --num-policies policies: every --pbt-period frames the worst "
-                "--pbt-fraction copy the best's weights and settings and perturb them (pbt.jsonl)"})
-    pbt_period: int = field(default=1_000_000, metadata={"algos": PPO_ONLY,
-        "help": "frames between PBT rounds"})
-    pbt_fraction: float = field(default=0.25, metadata={"algos": PPO_ONLY,
-        "help": "the share of the population replaced each PBT round (at least one policy), and the share it "
-                "copies from"})
-    pbt_gap: float = field(default=0.1, metadata={"algos": PPO_ONLY,
-        "help": "a PBT copy needs the source's objective to beat the replaced policy's by more than this share of "
-                "its magnitude (near-ties are left alone)"})
-    self_play: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "a multi-agent env's episodes pit one seat of a learning policy against snapshots of the learning "
-                "policies (--self-play-pool, one every --self-play-every versions); the snapshots' steps are not "
-                "trained on, the win rate against them is logged"})
-    self_play_pool: int = field(default=8, metadata={"algos": PPO_ONLY,
-        "help": "snapshots kept as self-play opponents (the oldest is replaced; all start as the initial policy)"})
-    self_play_every: int = field(default=10, metadata={"algos": PPO_ONLY,
-        "help": "policy versions between self-play snapshots"})
+    num_policies: int = ppo_setting(1,
+        "policies trained at once, each with its own weights, optimiser and version (one learner process "
+        "trains them all); --policy-mapping says which acts where")
+    policy_mapping: str = ppo_setting("fixed",
+        "fixed (a multi-agent env's agent k, or a single-agent env's env column k, is policy k mod "
+        "--num-policies) or random (each agent draws a policy at each episode start)")
+    policy_settings: str = ppo_setting("",
+        "per-policy starting settings, a JSON list with one object per policy, of lr, entropy_coeff, "
+        "clip_ratio and gamma, e.g. '[{\"lr\": 1e-6}, {}, {}, {}]' (the flags' values elsewhere)")
+    pbt: bool = ppo_setting(False,
+        "population-based training over the --num-policies policies: every --pbt-period frames the worst "
+        "--pbt-fraction copy the best's weights and settings and perturb them (pbt.jsonl)")
+    pbt_period: int = ppo_setting(1_000_000,
+        "frames between PBT rounds")
+    pbt_fraction: float = ppo_setting(0.25,
+        "the share of the population replaced each PBT round (at least one policy), and the share it "
+        "copies from")
+    pbt_gap: float = ppo_setting(0.1,
+        "a PBT copy needs the source's objective to beat the replaced policy's by more than this share of "
+        "its magnitude (near-ties are left alone)")
+    self_play: bool = ppo_setting(False,
+        "a multi-agent env's episodes pit one seat of a learning policy against snapshots of the learning "
+        "policies (--self-play-pool, one every --self-play-every versions); the snapshots' steps are not "
+        "trained on, the win rate against them is logged")
+    self_play_pool: int = ppo_setting(8,
+        "snapshots kept as self-play opponents (the oldest is replaced; all start as the initial policy)")
+    self_play_every: int = ppo_setting(10,
+        "policy versions between self-play snapshots")
     # --- model: encoder and recurrent core (docs/models.md) ---
-    encoder: str = field(default="auto", metadata={"algos": PPO_ONLY,
-        "help": "auto (the Nature CNN for images, an MLP for vectors), nature, impala (the IMPALA ResNet), mlp, or "
-                "module:callable, a factory(obs_shape, hidden_size) returning a torch.nn.Module"})
-    rnn: str = field(default="none", metadata={"algos": PPO_ONLY,
-        "help": "recurrent core between the encoder and the heads: none, gru or lstm (the learner backpropagates "
-                "through each whole --rollout)"})
-    rnn_size: int = field(default=512, metadata={"algos": PPO_ONLY, "help": "units per layer of the --rnn core"})
-    rnn_layers: int = field(default=1, metadata={"algos": PPO_ONLY, "help": "layers of the --rnn core"})
+    encoder: str = ppo_setting("auto",
+        "auto (the Nature CNN for images, an MLP for vectors), nature, impala (the IMPALA ResNet), mlp, or "
+        "module:callable, a factory(obs_shape, hidden_size) returning a torch.nn.Module")
+    rnn: str = ppo_setting("none",
+        "recurrent core between the encoder and the heads: none, gru or lstm (the learner backpropagates "
+        "through each whole --rollout)")
+    rnn_size: int = ppo_setting(512, "units per layer of the --rnn core")
+    rnn_layers: int = ppo_setting(1, "layers of the --rnn core")
     # --- off-policy learners (--algo sac, td3, redq; asyncrl/agents/off_policy/learner.py) ---
     replay_size: int = field(default=1_000_000, metadata={"algos": REPLAY_ONLY,
         "help": "sac/td3/redq: replay buffer capacity in transitions (checked against free RAM at start)"})
@@ -291,13 +296,13 @@ class Config:
     train_dir: str = field(default="train_dir", metadata={"help": "where experiments are written"})
     experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
-    precision: str = field(default="auto", metadata={"algos": PPO_ONLY,
-        "help": "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16"})
+    precision: str = ppo_setting("auto",
+        "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16")
     seed: int = field(default=0, metadata={
         "help": "random seed of the model's initial weights, minibatch order, env resets and action sampling"})
-    deterministic: bool = field(default=False, metadata={"algos": PPO_ONLY,
-        "help": "reproducible learning: one rollout worker, one split and one policy worker in lockstep with the "
-                "learner, one torch thread, deterministic torch algorithms (see docs/configuration.md)"})
+    deterministic: bool = ppo_setting(False,
+        "reproducible learning: one rollout worker, one split and one policy worker in lockstep with the "
+        "learner, one torch thread, deterministic torch algorithms (see docs/configuration.md)")
     resume: bool = field(default=False, metadata={"help": "continue the experiment from its latest checkpoint"})
     serial: bool = field(default=False, metadata={
         "help": "run env stepping, inference and learning in this one process, with no child process (for "

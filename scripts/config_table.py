@@ -31,7 +31,7 @@ def sections() -> list[tuple[str, list[dataclasses.Field]]]:
         if heading:
             groups.append((heading.group(1), []))
             continue
-        name = re.match(r"\s*(\w+): [\w\[\]| ]+ = field\(", line)
+        name = re.match(r"\s*(\w+): [\w\[\]| ]+ = (?:field|ppo_setting)\(", line)
         if name and name.group(1) in fields:
             groups[-1][1].append(fields.pop(name.group(1)))
     if fields:  # declared in a way the pattern above does not see

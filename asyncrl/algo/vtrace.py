@@ -26,23 +26,13 @@ class VTraceReturns:
     rhos: torch.Tensor  # [T, B] unclipped importance ratios pi(a_s|x_s) / mu(a_s|x_s)
 
 
-def _check_shapes(
-    behaviour_logp: torch.Tensor,
-    target_logp: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap_value: torch.Tensor,
-    discounts: torch.Tensor,
-) -> None:
+def _check_shapes(values: torch.Tensor, bootstrap_value: torch.Tensor, **like_values: torch.Tensor) -> None:
+    """ValueError unless `values` is time-major, every tensor of `like_values` has its shape and `bootstrap_value`
+    has its shape without the time dimension."""
     shape = values.shape
     if values.dim() < 1 or shape[0] < 1:
         raise ValueError(f"values must be time-major with T >= 1, got shape {tuple(shape)}")
-    for name, t in (
-        ("behaviour_logp", behaviour_logp),
-        ("target_logp", target_logp),
-        ("rewards", rewards),
-        ("discounts", discounts),
-    ):
+    for name, t in like_values.items():
         if t.shape != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)} (like values)")
     if bootstrap_value.shape != shape[1:]:
@@ -88,7 +78,8 @@ def vtrace(
     Returns:
         :class:`VTraceReturns` of float32 tensors on the inputs' device, without autograd history.
     """
-    _check_shapes(behaviour_logp, target_logp, rewards, values, bootstrap_value, discounts)
+    _check_shapes(values, bootstrap_value, behaviour_logp=behaviour_logp, target_logp=target_logp, rewards=rewards,
+                  discounts=discounts)
     if pg_rho_bar is None:
         pg_rho_bar = rho_bar
 

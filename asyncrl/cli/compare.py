@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
+from asyncrl.cli.errors import fail
 from asyncrl.diagnostics.rundir import RunDirError
 
 
@@ -32,12 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             os.makedirs(args.out, exist_ok=True)
     except RunDirError as exc:
-        print(f"asyncrl-compare: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("compare", str(exc))
     except OSError as exc:
-        print(f"asyncrl-compare: error: cannot create {args.out} ({exc.strerror}); pass a writable --out",
-              file=sys.stderr)
-        return 2
+        return fail("compare", f"cannot create {args.out} ({exc.strerror}); pass a writable --out")
     summary = compare.summarize(groups, args.threshold, args.at_frames)
     summary["metric"] = args.metric
     print(compare.format_table(summary))
@@ -48,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(path, "w") as f:
                 json.dump(summary, f, indent=2, allow_nan=False)
         except OSError as exc:
-            print(f"asyncrl-compare: error: cannot write to {args.out} ({exc.strerror})", file=sys.stderr)
-            return 2
+            return fail("compare", f"cannot write to {args.out} ({exc.strerror})")
         print(f"\n{path}\n{png}")
     return 0
 

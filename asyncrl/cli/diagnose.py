@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from asyncrl.cli.errors import fail
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 
 
@@ -15,15 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = load_run(args.run_dir)
     except RunDirError as exc:
-        print(f"asyncrl-diagnose: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("diagnose", str(exc))
     from asyncrl.diagnostics.report import write_report
 
     try:
         print(write_report(run))
     except OSError as exc:
-        print(f"asyncrl-diagnose: error: cannot write the report in {args.run_dir} ({exc.strerror})", file=sys.stderr)
-        return 2
+        return fail("diagnose", f"cannot write the report in {args.run_dir} ({exc.strerror})")
     return 0
 
 

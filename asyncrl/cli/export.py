@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from asyncrl.cli.errors import fail
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -26,21 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from asyncrl.export import ExportError, export_policy
     except ImportError as exc:
-        print(f"asyncrl-export: error: {exc}; install the export extra (pip install 'asyncrl[export]')",
-              file=sys.stderr)
-        return 2
+        return fail("export", f"{exc}; install the export extra (pip install 'asyncrl[export]')")
     try:
         paths = export_policy(args.run_dir, args.format, args.out, args.best, args.policy)
     except ExportError as exc:
-        print(f"asyncrl-export: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("export", str(exc))
     except ImportError as exc:
-        print(f"asyncrl-export: error: {exc}; install the export extra (pip install 'asyncrl[export]')",
-              file=sys.stderr)
-        return 2
+        return fail("export", f"{exc}; install the export extra (pip install 'asyncrl[export]')")
     except OSError as exc:
-        print(f"asyncrl-export: error: cannot write {args.out} ({exc.strerror or exc})", file=sys.stderr)
-        return 2
+        return fail("export", f"cannot write {args.out} ({exc.strerror or exc})")
     for path in paths.values():
         print(path)
     return 0

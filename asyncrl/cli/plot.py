@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
+from asyncrl.cli.errors import fail
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 
 
@@ -27,21 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = [load_run(p) for p in args.run_dirs]
     except RunDirError as exc:
-        print(f"asyncrl-plot: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("plot", str(exc))
     missing = [p for p, r in zip(args.run_dirs, runs) if not any(args.metric in rec for rec in r.records)]
     if missing:
-        print(f"asyncrl-plot: error: {missing[0]} has no {args.metric!r} in metrics.jsonl; name a key it has",
-              file=sys.stderr)
-        return 2
+        return fail("plot", f"{missing[0]} has no {args.metric!r} in metrics.jsonl; name a key it has")
     from asyncrl.diagnostics.plots import compare_runs
 
     try:
         path = compare_runs(list(zip(labels(args.run_dirs), (r.records for r in runs))), args.x, args.out,
                             args.metric)
     except OSError as exc:
-        print(f"asyncrl-plot: error: cannot write {args.out} ({exc.strerror})", file=sys.stderr)
-        return 2
+        return fail("plot", f"cannot write {args.out} ({exc.strerror})")
     print(path)
     return 0
 
