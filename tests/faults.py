@@ -12,10 +12,13 @@ Learner faults: `python -m tests.faults ARGS` runs `asyncrl-train ARGS` with `$A
 - `learner_hang`: the learner's `train` sleeps forever after `LEARNER_FAULT_AFTER` updates.
 - `learner_fsize:BYTES`: the learner process may not write files larger than BYTES (RLIMIT_FSIZE), so saving a
   checkpoint fails in the kernel (EFBIG) as it would on a full disk.
+- `tensorboard_enospc`: in the runner, TensorBoard's writer thread gets ENOSPC ("No space left on device") at every
+  write after the event file's first record, as on a disk that fills mid-run.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import sys
@@ -135,9 +138,26 @@ def _plant_file_size_limit(limit: int) -> None:
     learner.init_child = init_child
 
 
+def _plant_tensorboard_enospc() -> None:
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    original = RecordWriter.write
+    calls = [0]
+
+    def write(self, data: bytes) -> None:
+        calls[0] += 1
+        if calls[0] > 1:  # the first is the file-version record written as the writer opens
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        original(self, data)
+
+    RecordWriter.write = write
+
+
 def main(argv: list[str]) -> int:
     kind = os.environ.get("ASYNCRL_FAULT", "")
-    if kind.startswith("learner_fsize:"):
+    if kind == "tensorboard_enospc":
+        _plant_tensorboard_enospc()
+    elif kind.startswith("learner_fsize:"):
         _plant_file_size_limit(int(kind.partition(":")[2]))
     elif kind:
         _plant_learner_fault(kind)  # the learner is forked from this process, so it inherits the patch

@@ -284,6 +284,15 @@ def test_runner_sigkill_then_resume_past_a_corrupt_checkpoint(runs: Callable[...
         assert hashlib.sha256(kept[path]).hexdigest() == Path(path + ".sha256").read_text().strip()
     assert not list(Path(first.run_dir, "checkpoints").glob("*.tmp"))
 
+    # The disk fills under TensorBoard's writer thread: the run's one-line error names the last good checkpoint,
+    # and the thread prints no `Exception in thread` traceback of its own.
+    fourth = runs([*args, "--resume", "--seconds", "30", "--report-interval", "1"], fault="tensorboard_enospc")
+    assert fourth.wait(120) == 1, fourth.output()[-3000:]
+    err = fourth.stderr()
+    assert err.count("\n") == 1 and "(No space left on device); stopped." in err and "--resume" in err, err
+    assert "Exception in thread" not in fourth.output(), fourth.output()[-3000:]
+    assert_no_traceback(fourth)
+
     # That a resume with another model shape or env is refused before anything starts (one line, exit 2) is
     # tests/test_resume_config.py::test_resume_refuses_another_env_or_model_shape's proof (the same check).
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from asyncrl.diagnostics.tb_tags import tb_tag
+from asyncrl.diagnostics.thread_errors import surfaced
 
 
 class MetricsWriter:
@@ -25,6 +27,11 @@ class MetricsWriter:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._tb = EventFileWriter(os.path.join(run_dir, "tb"), flush_secs=10)
+        # Its writer thread keeps an error (a full disk) and raises it again at the next write, which the run reports
+        # in one line: the thread's own end prints nothing (thread_errors.py).
+        worker = getattr(getattr(self._tb, "_async_writer", None), "_worker", None)
+        if isinstance(worker, threading.Thread):
+            surfaced(worker)
 
     def write(self, record: dict[str, Any], step: int) -> None:
         self._file.write(json.dumps(_finite(record), default=_jsonable, allow_nan=False) + "\n")
@@ -56,10 +63,16 @@ class MetricsWriter:
             sink.video(tb_tag(key), video_path)
 
     def close(self) -> None:
-        self._file.close()
-        self._tb.close()
-        for sink in self.sinks:
-            sink.close()
+        """Close metrics.jsonl, TensorBoard's file and the sinks, each even if one before it fails; then raise the
+        first OSError (a full disk)."""
+        errors = []
+        for close in (self._file.close, self._tb.close, *(sink.close for sink in self.sinks)):
+            try:
+                close()
+            except OSError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 def _finite(record: dict[str, Any]) -> dict[str, Any]:
