@@ -28,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
 	touch $(STAMP)
 
 lint: install
-	$(BIN)/ruff check asyncrl tests scripts
+	$(BIN)/ruff check asyncrl tests scripts benchmarks
 
 # Test files run in parallel processes (pytest-xdist), one more than the cores this process may use (its CPU affinity
 # and cgroup quota; the tests wait on processes: tests/conftest.py) up to TEST_JOBS; each file stays in one

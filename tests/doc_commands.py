@@ -26,7 +26,7 @@ SKIPS: list[tuple[str, str]] = [
     (r"^tensorboard ", "a server that runs until stopped"),
     (r"^scripts/soak\.sh", "a soak run of minutes to hours"),
     (r"^scripts/(fetch_gpu_wheels|gpu_check)\.sh", "the CUDA check's scripts: run on a GPU machine"),
-    (r"^python scripts/envpool_vs_gym\.py", "needs envpool, which is not installed"),
+    (r"^python benchmarks/envpool_vs_gym\.py", "needs envpool, which is not installed"),
     (r"^asyncrl-sweep sweep\.yaml --concurrent", "six training runs; the --dry-run line beside it runs here"),
     (r"^(\.venv/bin/python |python )?examples/", "an example: tests/test_examples.py runs each with a tiny budget"),
 ]
@@ -117,7 +117,7 @@ def kind(command: DocCommand) -> str:
     first = command.words[0]
     if first in TOOLS:
         return "tool"
-    if first in ("python", ".venv/bin/python") and command.words[1].startswith("scripts/"):
+    if first in ("python", ".venv/bin/python") and command.words[1].startswith(("scripts/", "benchmarks/")):
         return "script"
     if first in ("python", ".venv/bin/python") and command.words[1] == "-c":
         return "inline"

@@ -2,7 +2,7 @@
 with a tiny budget.
 
 A DocSession is one directory, as in a checkout, in which docs run one after another: it holds the files that code
-blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/` and `tests/`. So a
+blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/`, `benchmarks/` and `tests/`. So a
 recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
 
 * `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET, or for APPO to what its first update takes
@@ -14,7 +14,7 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
 * A command whose settings equal an earlier one's but for NOT_SHAPE (budget, seed, names, where metrics go) is not
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
-* The other console scripts and `python scripts/...`: as written, made shorter by SHORTER (enjoy plays one short
+* The other console scripts and `python scripts/...` or `benchmarks/...`: as written, made shorter by SHORTER (enjoy plays one short
   episode, compare's --at-frames cuts where every run it reads has come, `common_cut`); the files named by `--out` /
   `--video` must exist afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
@@ -86,7 +86,7 @@ NOT_HERE: list[tuple[str, str, Callable[[tuple[str, ...]], bool]]] = [
      "with Ctrl-C, as README says", lambda _: False),
     (r"--sf2-python", "needs Sample Factory 2 in its own venv (docs/performance.md says how)", sf2_python),
     (r"lr_sweep/\*", "reads the sweep's six 50k-frame runs; the sweep's --dry-run line runs", lambda _: False),
-    (r"^asyncrl-bench |scripts/bench_doom\.py",
+    (r"^asyncrl-bench |benchmarks/bench_doom\.py",
      "a throughput measurement, kept out of the timed tests: `make bench` runs the suite, tests/test_bench.py each "
      "mode with sub-second windows, and test_doc_commands parses these flags", lambda _: False),
     (r"runs train_dir/pong_v3|asyncrl-compare "
@@ -119,7 +119,7 @@ MATCH_LAYOUT = {"--workers": "1", "--envs-per-worker": "2", "--worker-splits": "
 SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
                   "scripts/core_state.py": {"--steps": "50"},
                   "scripts/doom_shots.py": {"--episodes": "1"},  # an untrained policy's episode: ~100 steps
-                  "scripts/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
+                  "benchmarks/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
 
 
@@ -224,7 +224,7 @@ class DocSession:
         for name, body in companion_files().items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(body)
-        for tree in ("scripts", "tests"):  # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
+        for tree in ("scripts", "benchmarks", "tests"):  # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
             (work / tree).symlink_to(ROOT / tree)
 
     def run(self, command: DocCommand, seed: int) -> None:

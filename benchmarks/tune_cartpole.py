@@ -4,7 +4,7 @@ Each run stops as soon as the mean return (last 100 episodes) reaches --target, 
 Figures come from the run's metrics.jsonl: env steps and seconds (since the runner started) at the first
 record at or above 450 and at or above --target.
 
-    .venv/bin/python scripts/tune_cartpole.py --seeds 0 1 2 -- --epochs 4 --minibatches 4 --lr 1e-3
+    .venv/bin/python benchmarks/tune_cartpole.py --seeds 0 1 2 -- --epochs 4 --minibatches 4 --lr 1e-3
 """
 
 from __future__ import annotations

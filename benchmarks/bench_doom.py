@@ -1,8 +1,8 @@
 """Env-only VizDoom throughput: agent steps/s of one process stepping its games one after another.
 
-    .venv/bin/python scripts/bench_doom.py                               # doom_basic and doom_defend_the_center
-    .venv/bin/python scripts/bench_doom.py doom_deathmatch_bots --envs 4 --windows 3 --seconds 3
-    .venv/bin/python scripts/bench_doom.py doom_basic --hud both     # what drawing the status bar costs
+    .venv/bin/python benchmarks/bench_doom.py                               # doom_basic and doom_defend_the_center
+    .venv/bin/python benchmarks/bench_doom.py doom_deathmatch_bots --envs 4 --windows 3 --seconds 3
+    .venv/bin/python benchmarks/bench_doom.py doom_basic --hud both     # what drawing the status bar costs
 
 Random actions, 3x72x128 frames, frameskip 4 (one agent step = 4 tics), same-step auto-reset, as a rollout
 worker steps them but without a policy. After one warm-up window, each window gives the wall-clock steps/s and

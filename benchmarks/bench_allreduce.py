@@ -5,8 +5,8 @@ plus the finite flag, float32) once per optimizer step, and the small per-update
 Prints a markdown table of the median (and 90th percentile) over many repetitions, each preceded by a barrier so
 the ranks start together (the time measures the transfer, not one rank waiting for the other).
 
-    .venv/bin/python scripts/bench_allreduce.py               # CartPole MLP and the Atari Nature CNN
-    .venv/bin/python scripts/bench_allreduce.py --repeats 500
+    .venv/bin/python benchmarks/bench_allreduce.py               # CartPole MLP and the Atari Nature CNN
+    .venv/bin/python benchmarks/bench_allreduce.py --repeats 500
 """
 
 from __future__ import annotations

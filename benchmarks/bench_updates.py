@@ -1,7 +1,7 @@
 """Gradient updates per second of the learners on random data: the off-policy ones (`--algo sac, td3, redq`) on
 Pendulum-shaped transitions, APPO on a CartPole-v1 batch of the vector preset.
 
-Usage: `.venv/bin/python scripts/bench_updates.py [--updates 200] [--algos appo sac]`. Off-policy: 256 x 256
+Usage: `.venv/bin/python benchmarks/bench_updates.py [--updates 200] [--algos appo sac]`. Off-policy: 256 x 256
 networks, batches of 256 sampled from a replay buffer of random transitions. APPO: the preset's 64 x 64 MLPs and
 one update (a batch of 256 samples: 8 epochs x 2 minibatches, 16 optimizer steps). Prints the median time per
 update over 5 repeats for each algorithm (`--threads 1`: one torch thread, as an APPO learner beside its workers

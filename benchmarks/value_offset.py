@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What makes a recurrent policy's encoder features grow: APPO updates on fixed Pong data, one change at a time.
 
-    python scripts/value_offset.py --slots 64 --updates 30 --variants full no_value value_at_mean --rnn lstm
+    python benchmarks/value_offset.py --slots 64 --updates 30 --variants full no_value value_at_mean --rnn lstm
 
 Collects `--slots` trajectory slots (`--envs`, 16 envs, x 32 steps each) with the real policy and rollout workers
 acting from the initial weights, then trains a fresh learner on them for `--updates` updates per variant (two slots

@@ -3,7 +3,7 @@
 Reports env steps per CPU-second of this process (time.process_time, all threads), which holds on a busy
 machine where wall-clock rates do not, and steps per wall-second. EnvPool is optional (`pip install envpool`).
 
-    python scripts/envpool_vs_gym.py --env HalfCheetah-v5 --envs 8 --steps 20000
+    python benchmarks/envpool_vs_gym.py --env HalfCheetah-v5 --envs 8 --steps 20000
 """
 
 from __future__ import annotations
