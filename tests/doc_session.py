@@ -116,8 +116,7 @@ SLOW_START_LAYOUT = {"--envs-per-worker": "1", "--worker-splits": "1", "--batch-
 # first batch of 64 steps (a match steps some 40 times a second per player here)
 MATCH_LAYOUT = {"--workers": "1", "--envs-per-worker": "2", "--worker-splits": "1", "--rollout": "16",
                 "--batch-size": "64"}
-SCRIPT_SHORTER = {"scripts/windowed_returns.py": {"--window": "50"},  # the runs' length, not 1,000 steps
-                  "scripts/core_state.py": {"--steps": "50"},
+SCRIPT_SHORTER = {"scripts/core_state.py": {"--steps": "50"},
                   "scripts/doom_shots.py": {"--episodes": "1"},  # an untrained policy's episode: ~100 steps
                   "benchmarks/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
@@ -278,6 +277,8 @@ class DocSession:
     def tool(self, words: list[str], cwd: Path, where: str) -> None:
         name, args = TOOLS[words[0]], words[1:]
         args = replaced(args, SHORTER.get(name, {}))
+        if name == "compare" and "--window" in args:  # the runs' length, not 1,000 steps
+            args = replaced(args, {"--window": "50"})
         if name == "compare" and "--at-frames" in args:
             cut = common_cut(args, cwd)
             args = replaced(args, {"--at-frames": str(cut)}) if cut else replaced(args, {}, drop=("--at-frames",))

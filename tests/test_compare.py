@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,24 @@ def test_frames_to_threshold_waits_for_a_full_window_of_episodes(tmp_path: Path,
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["groups"][0]["frames_to_threshold"] == {"seed0": 200_000}
     assert "g/seed0: 200,000" in stdout
+
+
+def test_window_compares_the_mean_return_of_recent_episodes(tmp_path: Path) -> None:
+    """`asyncrl-compare --window STEPS` (the real command): each record's episode_return_window recovered from the
+    running means, here 10 then 20 (the 2 episodes of the last 50 env steps), so each run's final score is 15."""
+    for seed in range(2):
+        run_dir = tmp_path / "group" / f"seed{seed}"
+        run_dir.mkdir(parents=True)
+        records = [{"time": 1, "frames": 100, "env_steps": 100, "episodes": 2, "episode_return_mean": 10.0},
+                   {"time": 2, "frames": 200, "env_steps": 200, "episodes": 4, "episode_return_mean": 15.0}]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    command = [sys.executable, "-m", "asyncrl.cli.compare", str(tmp_path / "group"), "--window", "50",
+               "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["metric"] == "episode_return_window"
+    assert summary["groups"][0]["finals"] == {"seed0": 15.0, "seed1": 15.0}, summary["groups"][0]
+    refused = subprocess.run([*command[:-2], "--metric", "episode_return_mean"], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "drop --metric" in refused.stderr

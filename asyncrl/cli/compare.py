@@ -13,8 +13,11 @@ from asyncrl.diagnostics.rundir import RunDirError
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="asyncrl-compare", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("groups", nargs="+", metavar="GROUP", help="a directory of run directories (one per seed)")
-    parser.add_argument("--metric", default="episode_return_mean",
-                        help="metrics.jsonl key to compare (default: %(default)s)")
+    parser.add_argument("--metric", help="metrics.jsonl key to compare (default: episode_return_mean; with --window "
+                        "episode_return_window)")
+    parser.add_argument("--window", type=int, metavar="STEPS",
+                        help="compare episode_return_window: the mean return of the episodes that ended within the "
+                             "last STEPS env steps, recovered from the running means (runs' first 100 episodes)")
     parser.add_argument("--threshold", type=float, help="also report each run's frames to reach this metric value")
     parser.add_argument("--at-frames", type=float, metavar="F",
                         help="compare every run as it stood at F frames (runs of different lengths; each must reach F)")
@@ -25,10 +28,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from asyncrl.diagnostics import compare
+    from asyncrl.diagnostics.windowed import METRIC
 
+    if args.window is not None and args.window < 1:
+        return fail("compare", f"--window {args.window}: give a positive number of env steps")
+    if args.window is not None and args.metric not in (None, METRIC):
+        return fail("compare", f"--window compares {METRIC}; drop --metric {args.metric}")
+    args.metric = args.metric or (METRIC if args.window is not None else "episode_return_mean")
     try:
         labels = compare.group_labels(args.groups)
-        groups = [compare.load_group(p, args.metric, label, args.at_frames) for p, label in zip(args.groups, labels)]
+        groups = [compare.load_group(p, args.metric, label, args.at_frames, args.window)
+                  for p, label in zip(args.groups, labels)]
         if args.out:
             os.makedirs(args.out, exist_ok=True)
     except RunDirError as exc:

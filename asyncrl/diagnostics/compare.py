@@ -24,6 +24,7 @@ from scipy import stats
 from asyncrl.diagnostics.aggregate import RETURN_WINDOW
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.diagnostics.rundir import RunDirError
+from asyncrl.diagnostics.windowed import windowed
 
 FINAL_RECORDS = 5  # a run's final score: the mean of the metric over its last 5 records that have one
 CONFIDENCE = 0.95
@@ -102,10 +103,13 @@ def mannwhitney_p(x: np.ndarray, y: np.ndarray) -> float | None:
     return p if math.isfinite(p) else None
 
 
-def load_run_curve(path: str, metric: str, at_frames: float | None = None) -> Run | None:
+def load_run_curve(path: str, metric: str, at_frames: float | None = None, window: int | None = None) -> Run | None:
     """The (frames, metric) points of one run, up to `at_frames` if given; None when it has no record with
-    the metric. A run that stopped before `at_frames` is a one-line error: its score would not be comparable."""
+    the metric. A run that stopped before `at_frames` is a one-line error: its score would not be comparable.
+    `window`: the records get `episode_return_window` over that many env steps first (windowed.py)."""
     records = read_metrics(path)
+    if window is not None:
+        records = windowed(records, window)[0]
     if at_frames is not None:
         reached = max((r["frames"] for r in records if _number(r.get("frames"))), default=0)
         if reached < at_frames:
@@ -121,7 +125,8 @@ def load_run_curve(path: str, metric: str, at_frames: float | None = None) -> Ru
     return Run(path, np.asarray(frames, dtype=np.float64), np.asarray(values, dtype=np.float64), full)
 
 
-def load_group(path: str, metric: str, label: str | None = None, at_frames: float | None = None) -> Group:
+def load_group(path: str, metric: str, label: str | None = None, at_frames: float | None = None,
+               window: int | None = None) -> Group:
     """Every run directory (a subdirectory with metrics.jsonl) of `path`, each cut at `at_frames` if given; a
     one-line error if there is none."""
     if not os.path.isdir(path):
@@ -130,7 +135,7 @@ def load_group(path: str, metric: str, label: str | None = None, at_frames: floa
     for name in sorted(os.listdir(path)):
         run_dir = os.path.join(path, name)
         if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
-            run = load_run_curve(run_dir, metric, at_frames)
+            run = load_run_curve(run_dir, metric, at_frames, window)
             if run is not None:
                 group.runs.append(run)
     if not group.runs:
