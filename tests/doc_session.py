@@ -89,7 +89,7 @@ NOT_HERE: list[tuple[str, str, Callable[[tuple[str, ...]], bool]]] = [
     (r"^asyncrl-bench |benchmarks/bench_doom\.py",
      "a throughput measurement, kept out of the timed tests: `make bench` runs the suite, tests/test_bench.py each "
      "mode with sub-second windows, and test_doc_commands parses these flags", lambda _: False),
-    (r"runs train_dir/pong_v3|asyncrl-compare "
+    (r"asyncrl-plot train_dir/pong_v3|asyncrl-compare "
      r"(pong|doom_basic|doom_my_way_home|status_bar|HalfCheetah-v5|one_policy) ",
      "reads finished episodes: within the budget no env of these runs ends one (a Pong game lost 0-21 is about "
      "800 agent steps, a HalfCheetah episode 1,000, a Doom episode up to 525, a KAZ agent's game 150-175)",
@@ -299,7 +299,7 @@ class DocSession:
 
     @staticmethod
     def check_outputs(args: list[str], cwd: Path, where: str) -> None:
-        for flag in ("--out", "--video"):
+        for flag in ("--out", "--video", "--seeds-curve"):
             if flag in args:
                 out = cwd / args[args.index(flag) + 1]
                 written = out.exists() or list(out.parent.glob(out.name + ".*"))  # an output prefix: OUT.csv

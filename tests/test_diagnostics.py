@@ -466,6 +466,22 @@ def test_diagnose_and_plot_on_synthetic_run(tmp_path, capsys) -> None:
     assert os.path.getsize(out) > 1000
 
 
+def test_plot_seeds_curve_writes_csv_and_png(tmp_path) -> None:
+    """`asyncrl-plot RUN... --seeds-curve OUT` (the real command): OUT.csv and OUT.png over the runs as seeds."""
+    runs = [write_run(tmp_path / f"seed{i}", run_records(6)) for i in range(2)]
+    out = tmp_path / "curves" / "cartpole"
+    result = subprocess.run([sys.executable, "-m", "asyncrl.cli.plot", *runs, "--seeds-curve", str(out),
+                             "--levels", "0", "1e9"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = (tmp_path / "curves" / "cartpole.csv").read_text().splitlines()
+    assert rows[0].startswith("frames,return_mean,return_min,return_max,wall_seconds_mean") and len(rows) == 201
+    assert os.path.getsize(tmp_path / "curves" / "cartpole.png") > 1000
+    assert "+1e+09: not reached" in result.stdout and f"wrote {out}.csv and {out}.png" in result.stdout
+    empty = subprocess.run([sys.executable, "-m", "asyncrl.cli.plot", str(tmp_path / "nope"), "--seeds-curve",
+                            str(out)], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1, empty.stderr
+
+
 @pytest.mark.parametrize("module, extra", [("diagnose", []), ("plot", []), ("enjoy", ["--episodes", "1"])])
 def test_cli_bad_input_is_one_line(module: str, extra: list[str], tmp_path, capsys) -> None:
     import importlib

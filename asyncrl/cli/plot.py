@@ -16,6 +16,18 @@ def labels(paths: list[str]) -> list[str]:
             for n, p in zip(names, paths)]
 
 
+def seeds_curve(run_dirs: list[str], out: str, levels: list[float]) -> int:
+    from asyncrl.diagnostics.seed_curve import write_seed_curve
+
+    try:
+        print("\n".join(write_seed_curve(run_dirs, out, levels)))
+    except RunDirError as exc:
+        return fail("plot", str(exc))
+    except OSError as exc:
+        return fail("plot", f"cannot write {out}.csv and {out}.png ({exc.strerror})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="asyncrl-plot", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -23,7 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write (default: %(default)s)")
     parser.add_argument("--metric", default="episode_return_mean",
                         help="metrics.jsonl key to plot, e.g. an env metric info_<key> (default: %(default)s)")
+    parser.add_argument("--seeds-curve", metavar="OUT",
+                        help="the runs as seeds of one configuration: write OUT.csv and OUT.png (mean and min-max "
+                             "of episode_return_mean over the runs, wall-clock on the top axis) instead of --out")
+    parser.add_argument("--levels", type=float, nargs="+", default=[], metavar="R",
+                        help="with --seeds-curve: print each run's frames and minutes to reach these returns")
     args = parser.parse_args(argv)
+    if args.seeds_curve:
+        return seeds_curve(args.run_dirs, args.seeds_curve, args.levels)
     try:
         runs = [load_run(p) for p in args.run_dirs]
     except RunDirError as exc:
