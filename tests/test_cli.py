@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from asyncrl.cli import train
+from tests.conftest import run_cli
 
 # Settings that would start quickly if they were valid; each test breaks exactly one thing.
 FAST = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import TrainRun, shm_entries, start_train, wait_for
 
 from asyncrl.runtime.roles.runner import SHUTDOWN_TIMEOUT_S
 from asyncrl.runtime.store.checkpoint import list_checkpoints
+from tests.conftest import TrainRun, shm_entries, start_train, wait_for
 
 WARMUP = 10_000_000  # --lr-warmup frames in the resume test: the whole of both runs is on the ramp
 CARTPOLE_FLAGS = ["--env", "CartPole-v1", "--frames", "150000"]  # the resume test stops on --seconds first

@@ -18,13 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import TrainRun, start_train, wait_for
 
 from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.cli.enjoy import main as enjoy_main
 from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from tests.conftest import TrainRun, start_train, wait_for
 
 SMALL = ["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "4", "--rollout", "16", "--batch-size", "64",
          "--minibatches", "1", "--report-interval", "1", "--device", "cpu"]

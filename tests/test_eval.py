@@ -12,7 +12,6 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from conftest import TrainRun, read_metrics, run_cli, start_train, wait_for
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from asyncrl.cli.train import main as train_main
@@ -21,6 +20,7 @@ from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
 from asyncrl.runtime.store.best_checkpoint import best_path, save_best
 from asyncrl.runtime.store.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
+from tests.conftest import TrainRun, read_metrics, run_cli, start_train, wait_for
 
 # CartPole whose steps sleep 2 ms, so the cores are free for the evaluator to finish its periodic evaluations
 # (on plain CartPole the learner keeps both cores busy and only the final one completes); one report interval

@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from asyncrl.config import Config, ConfigError
 from asyncrl.launch import scaling_lines
 from asyncrl.resolve import parse_command_line, resume_changes
 from asyncrl.scaling import MAX_ENVS_PER_WORKER, scale_note, scale_settings
+from tests.conftest import run_cli
 
 TORCHRUN_2 = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from conftest import run_cli
 
 from asyncrl.agents.registry import make_learner
 from asyncrl.envs.registry import make_env_spec
@@ -18,6 +17,7 @@ from asyncrl.resolve import parse_command_line
 from asyncrl.runtime.host.seeding import weights_sha256
 from asyncrl.runtime.roles.learner import set_up_torch
 from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
+from tests.conftest import run_cli
 
 # One batch: the initial weights are written before the first update.
 SHORT = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
