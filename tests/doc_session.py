@@ -2,7 +2,8 @@
 with a tiny budget.
 
 A DocSession is one directory, as in a checkout, in which docs run one after another: it holds the files that code
-blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/`, `benchmarks/` and `tests/`. So a
+blocks name on their first line (`# my_env.py`, `# run.yaml`, `# sweep.yaml`, ...), `scripts/`, `benchmarks/` and
+`tests/`. So a
 recipe's plot, enjoy, export and compare commands read the runs that the training commands before them made.
 
 * `asyncrl-train` (also under `torchrun`): `--frames` set to BUDGET, or for APPO to what its first update takes
@@ -14,7 +15,8 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
 * A command whose settings equal an earlier one's but for NOT_SHAPE (budget, seed, names, where metrics go) is not
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
-* The other console scripts and `python scripts/...` or `benchmarks/...`: as written, made shorter by SHORTER (enjoy plays one short
+* The other console scripts and `python scripts/...` or `benchmarks/...`: as written, made shorter by SHORTER (enjoy
+  plays one short
   episode, compare's --at-frames cuts where every run it reads has come, `common_cut`); the files named by `--out` /
   `--video` must exist afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
@@ -223,7 +225,8 @@ class DocSession:
         for name, body in companion_files().items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(body)
-        for tree in ("scripts", "benchmarks", "tests"):  # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
+        # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
+        for tree in ("scripts", "benchmarks", "tests"):
             (work / tree).symlink_to(ROOT / tree)
 
     def run(self, command: DocCommand, seed: int) -> None:
