@@ -52,9 +52,9 @@ def test_a_raising_env_instance_is_replaced_and_the_others_carry_on() -> None:
     assert env.envs[1] is not first and env.envs[1] is made[-1] and len(made) == 4
     terminated, truncated, _ = ends
     # The unfinished episode is dropped; the failed step carries no episode-end flag (the worker marks it invalid).
-    assert not terminated[1] and not truncated[1] and reward[1] == 0.0 and env._len[1] == 0
+    assert not terminated[1] and not truncated[1] and reward[1] == 0.0 and env.episodes.lengths[1] == 0
     np.testing.assert_allclose(obs[1], env.envs[1].unwrapped.state, rtol=1e-6)  # the fresh instance's first observation
-    assert env._len[0] == env._len[2] == 5 and not terminated[[0, 2]].any()  # the others carry on
+    assert env.episodes.lengths[0] == env.episodes.lengths[2] == 5 and not terminated[[0, 2]].any()  # the others go on
     assert not np.allclose(before[0], env.envs[0].unwrapped.state)
 
 

@@ -16,7 +16,8 @@ import gymnasium as gym
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from asyncrl.envs.base import EnvSpec, EpisodeStats, VecEnv
+from asyncrl.envs.base import EnvSpec, EpisodeStats, EpisodeTracker, VecEnv
+from asyncrl.envs.registry import ATARI_PREFIX, rom_ids, unknown_env
 
 FRAMESKIP = 4
 STACK = 4
@@ -63,16 +64,14 @@ class AtariVecEnv(VecEnv):
             frameskip=FRAMESKIP,
         )
         self._lives = np.zeros(num_envs, dtype=np.int32)
-        self._ret = np.zeros(num_envs, dtype=np.float64)
-        self._len = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = EpisodeTracker(num_envs)
 
     def reset(self, seed: int, obs_out: np.ndarray) -> None:
         seeds = (int(seed) + np.arange(self.num_envs, dtype=np.int64)) % 2**31  # ALE seeds are C ints
         obs, info = self._live().reset(seed=seeds)
         obs_out[:] = obs
         self._lives[:] = info["lives"]
-        self._ret[:] = 0.0
-        self._len[:] = 0
+        self.episodes.drop()
 
     def step(
         self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
@@ -80,8 +79,7 @@ class AtariVecEnv(VecEnv):
     ) -> list[EpisodeStats]:
         obs, reward, terminated, truncated, info = self._live().step(np.asarray(actions, dtype=np.int64))
         obs_out[:] = obs
-        self._ret += reward
-        self._len += 1
+        self.episodes.add(reward)
         game_over = terminated | truncated
         lives = info["lives"]  # after a game over (same-step reset) this is the new game's count
         if self.training:
@@ -99,11 +97,7 @@ class AtariVecEnv(VecEnv):
         if cut.any():
             final_obs_out[cut] = info["final_obs"][cut]
         ended = np.flatnonzero(game_over)
-        stats = [EpisodeStats(float(self._ret[i]), int(self._len[i]), bool(truncated[i] and not terminated[i]),
-                              env=int(i)) for i in ended]
-        self._ret[ended] = 0.0
-        self._len[ended] = 0
-        return stats
+        return self.episodes.end_many(ended, (truncated & ~terminated)[ended])  # whole games: life losses aside
 
     def close(self) -> None:
         if self._env is not None:
@@ -114,3 +108,22 @@ class AtariVecEnv(VecEnv):
         if self._env is None:
             raise RuntimeError(f"{self.spec.name} env used after close()")
         return self._env
+
+
+def backend_spec(name: str) -> EnvSpec:
+    """The registry's `atari_<game>` row: the spec (of a one-game env, closed again)."""
+    env = backend_vec(name, 1, True, None)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None, env_threads: int = 1,
+                max_episode_frames: int | None = None) -> VecEnv:
+    """The registry's `atari_<game>` row: `num_envs` games; EnvError (with close matches) for an unknown ROM."""
+    game = name[len(ATARI_PREFIX):]
+    if game not in rom_ids():
+        raise unknown_env(name)
+    return AtariVecEnv(game, num_envs, training=training, num_threads=env_threads,
+                       max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)

@@ -188,6 +188,49 @@ class EpisodeStats:
     env: int = -1  # the env column it was played in (which policy played it, with --num-policies); -1: unknown
 
 
+class EpisodeTracker:
+    """Each env's running episode, its raw return and its length in agent steps, and its `EpisodeStats` when it
+    ends (the one bookkeeping every backend shares)."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def add(self, rewards: float | np.ndarray, envs: int | slice = slice(None), steps: int | np.ndarray = 1) -> None:
+        """One step of `envs` (all by default): its raw rewards, counted as `steps` agent steps (0 where a row was
+        not an agent step)."""
+        self.returns[envs] += rewards
+        self.lengths[envs] += steps
+
+    def drop(self, envs: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget the unfinished episodes of `envs` (all by default): a reset, or a replaced env."""
+        self.returns[envs] = 0.0
+        self.lengths[envs] = 0
+
+    def end(self, i: int, truncated: bool, extra: dict[str, float] | None = None) -> EpisodeStats:
+        """Env i's episode ends (cut by a time limit where `truncated`): its stats; the next one starts at zero."""
+        stats = EpisodeStats(float(self.returns[i]), int(self.lengths[i]), bool(truncated), extra, env=int(i))
+        self.drop(i)
+        return stats
+
+    def end_many(self, envs: np.ndarray, truncated: np.ndarray) -> list[EpisodeStats]:
+        """The episodes of `envs` (indices) end, `truncated[k]` saying whether envs[k]'s was cut."""
+        return [self.end(int(i), bool(cut)) for i, cut in zip(envs.tolist(), truncated.tolist())]
+
+
+def close_env(env: object) -> None:
+    """Call an env's `close()` where it has one: PettingZoo-style and Sample Factory-style multi-agent envs
+    written by users may leave it out."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message, its first line only (for one-line errors)."""
+    return (str(exc).splitlines() or [""])[0]
+
+
 EXTRA_STATS = "episode_extra_stats"  # Sample Factory's info key: a dict of numbers at an episode's end
 
 

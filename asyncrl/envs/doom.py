@@ -41,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, ObsKey, VecEnv
+from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, EpisodeTracker, ObsKey, VecEnv
 
 DOOM_PREFIX = "doom_"
 FRAMESKIP = 4
@@ -259,8 +259,7 @@ class DoomVecEnv(VecEnv):
         self._start_time = int(first.get_episode_start_time())
         self.game_variables = np.zeros((num_envs, len(GAME_VARIABLES)), dtype=np.float32)
         self.final_game_variables = np.zeros_like(self.game_variables)
-        self._ret = np.zeros(num_envs, dtype=np.float64)
-        self._len = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = EpisodeTracker(num_envs)
         self._frags = np.zeros(num_envs, dtype=np.float64)  # a network match's FRAGCOUNT where the window began
         self._score = np.zeros(num_envs, dtype=np.float64)  # a network match's frags - deaths at the last step
         self._tic = np.zeros(num_envs, dtype=np.int64)  # a network match's episode time where the window began
@@ -313,8 +312,7 @@ class DoomVecEnv(VecEnv):
             for i, game in enumerate(self.games):
                 self._match_reward(i)  # the score so far: the next step's reward starts from it
                 self._tic[i] = game.get_episode_time()
-        self._ret[:] = 0.0
-        self._len[:] = 0
+        self.episodes.drop()
 
     def step(
         self,
@@ -336,8 +334,7 @@ class DoomVecEnv(VecEnv):
             reward = game.make_action(self._action_table[int(actions[i])], FRAMESKIP)
             if self.scenario.players > 1:  # asynchronous: the reward of the tics between steps is not in `reward`
                 reward = self._match_reward(i)
-            self._ret[i] += reward
-            self._len[i] += 1
+            self.episodes.add(reward, i)
             reward_out[i] = reward * self._scale
             terminated = game.is_episode_finished()  # death or the scenario's end: VizDoom's timeout is off
             truncated = not terminated and timeout > 0 and game.get_episode_time() - self._start_time >= timeout
@@ -365,11 +362,9 @@ class DoomVecEnv(VecEnv):
         self._frags[i] = self.final_game_variables[i, FRAGS]
         tic = int(self.games[i].get_episode_time())
         tics, self._tic[i] = tic - self._tic[i], tic
-        extra = {"frags": frags, "deaths": frags - float(self._ret[i]),
-                 "tics_per_step": round(float(tics) / max(int(self._len[i]), 1), 2)}
-        stats = EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=True, extra=extra, env=i)
-        self._ret[i] = 0.0
-        self._len[i] = 0
+        extra = {"frags": frags, "deaths": frags - float(self.episodes.returns[i]),
+                 "tics_per_step": round(float(tics) / max(int(self.episodes.lengths[i]), 1), 2)}
+        stats = self.episodes.end(i, truncated=True, extra=extra)
         self._read_state(i, obs_out, self.game_variables)
         return stats
 
@@ -383,9 +378,7 @@ class DoomVecEnv(VecEnv):
     def _end_episode(self, i: int, truncated: bool, final_obs_out: Any) -> EpisodeStats:
         if truncated:
             self._read_state(i, final_obs_out, self.final_game_variables)
-        stats = EpisodeStats(float(self._ret[i]), int(self._len[i]), truncated=truncated, env=i)
-        self._ret[i] = 0.0
-        self._len[i] = 0
+        stats = self.episodes.end(i, truncated)
         self._new_episode(self.games[i])
         return stats
 
@@ -424,3 +417,18 @@ class DoomVecEnv(VecEnv):
         variables[i] = state.game_variables
         if self.measurements:
             obs[MEASUREMENTS_KEY][i] = variables[i]
+
+
+def backend_spec(name: str, doom_measurements: bool = False) -> EnvSpec:
+    """The registry's `doom_<scenario>` row: the spec, without starting a game."""
+    return doom_env_spec(name, measurements=doom_measurements)
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                doom_measurements: bool = False) -> VecEnv:
+    """The registry's `doom_<scenario>` row: `num_envs` games (a network match's players a process each)."""
+    if scenario(name).players > 1:
+        from asyncrl.envs.doom_match import DoomMatchVecEnv
+
+        return DoomMatchVecEnv(name, num_envs, training=training, measurements=doom_measurements)
+    return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)

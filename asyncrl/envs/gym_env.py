@@ -7,7 +7,9 @@ An env instance that raises is closed and replaced by a fresh one (new seed) and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -19,11 +21,14 @@ from asyncrl.envs.base import (
     EnvFault,
     EnvSpec,
     EpisodeStats,
+    EpisodeTracker,
     ObsKey,
     VecEnv,
+    close_env,
     episode_extras,
     tuple_parts,
 )
+from asyncrl.envs.registry import gym_maker
 
 SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
              "1-D MultiDiscrete or 1-D Box action spaces, or a Tuple of them - see docs/custom-envs.md")
@@ -174,8 +179,7 @@ class GymVecEnv(VecEnv):
         self._chw_keys = tuple(k.key for k in self.spec.obs_keys if k.channels_last)
         if self.spec.is_dict:
             self._chw = self._chw_dict  # type: ignore[method-assign]
-        self._ret = np.zeros(num_envs, dtype=np.float64)
-        self._len = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = EpisodeTracker(num_envs)
         self.wants_training_info = _training_info_hook(first) is not None
 
     def set_training_info(self, info: dict) -> None:
@@ -192,8 +196,7 @@ class GymVecEnv(VecEnv):
             except Exception as exc:
                 obs = self._replace(i, "reset", exc)
             obs_out[i] = self._chw(obs)
-        self._ret[:] = 0.0
-        self._len[:] = 0
+        self.episodes.drop()
 
     def step(
         self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
@@ -213,16 +216,12 @@ class GymVecEnv(VecEnv):
                 obs_out[i] = self._chw(self._replace(i, "step", exc))
                 continue
             reward_out[i] = reward
-            self._ret[i] += reward
-            self._len[i] += 1
+            self.episodes.add(reward, i)
             cut = bool(truncated and not terminated)
             terminated_out[i] = bool(terminated)
             truncated_out[i] = cut
             if terminated or truncated:
-                stats.append(EpisodeStats(float(self._ret[i]), int(self._len[i]), cut,
-                                          episode_extras(info, self.info_keys), env=i))
-                self._ret[i] = 0.0
-                self._len[i] = 0
+                stats.append(self.episodes.end(i, cut, episode_extras(info, self.info_keys)))
                 if cut:
                     final_obs_out[i] = self._chw(obs)
                 try:
@@ -260,10 +259,66 @@ class GymVecEnv(VecEnv):
                             f"instance failed before its first step ({stage} it: {type(new_exc).__name__}: "
                             f"{new_exc})") from None
         self.envs[i] = fresh
-        self._ret[i] = 0.0
-        self._len[i] = 0
+        self.episodes.drop(i)
         return obs
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def backend_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
+    """The registry's gymnasium and mujoco rows: the spec of a registered id or of what a module:callable returns
+    (a gymnasium.Env, a VectorEnv or a multi-agent env), made once and closed."""
+    make = gym_maker(name, None, env_kwargs, env_vectorization)
+    made = make(1)
+    from asyncrl.envs.multi_agent import is_multi_agent, multi_agent_spec
+
+    if is_multi_agent(made):
+        try:
+            return multi_agent_spec(name, made)
+        finally:
+            close_env(made)
+    if isinstance(made, gym.vector.VectorEnv):
+        from asyncrl.envs.vector_env import vector_env_spec
+
+        try:
+            spec = vector_env_spec(name, made)
+            return spec if getattr(make, "sized", True) else dataclasses.replace(spec, fixed_num_envs=made.num_envs)
+        finally:
+            made.close()
+    env = _check_env(name, made)
+    try:
+        return gym_env_spec(name, env)
+    finally:
+        env.close()
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> VecEnv:
+    """The registry's gymnasium and mujoco rows: `num_envs` envs, as one batch where the name gives a VectorEnv,
+    as env columns of a multi-agent env, or else stepped one after another (`GymVecEnv`)."""
+    make = gym_maker(name, render_mode, env_kwargs, env_vectorization)
+    made = make(num_envs)
+    if isinstance(made, gym.vector.VectorEnv):
+        from asyncrl.envs.vector_env import VectorVecEnv
+
+        return VectorVecEnv(name, lambda n: made, num_envs)
+    from asyncrl.envs.multi_agent import is_multi_agent, multi_agent_vec
+
+    if is_multi_agent(made):
+        return multi_agent_vec(name, made, lambda: make(1), num_envs)
+    first = [_check_env(name, made)]  # the first env is the one just made; the others are made as it was
+
+    def factory() -> gym.Env:
+        return first.pop() if first else _check_env(name, make(1))
+
+    return GymVecEnv(name, factory, num_envs)
+
+
+def _check_env(name: str, made: object) -> gym.Env:
+    if not isinstance(made, gym.Env):
+        from asyncrl.envs.vector_env import check_vector_env
+
+        check_vector_env(name, made, 1)  # raises: neither an Env nor a VectorEnv
+    return made  # type: ignore[return-value]

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 import os
@@ -42,7 +44,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from asyncrl.envs.base import EnvError
+from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 
 if TYPE_CHECKING:
     import jax
@@ -365,3 +367,35 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._state = None
+
+
+@functools.lru_cache(maxsize=16)
+def _spec_cached(name: str, kwargs_json: str) -> EnvSpec:
+    from asyncrl.envs.gym_env import spaces_env_spec
+    from asyncrl.envs.registry import GYMNAX_PREFIX
+
+    obs, act = gymnax_spaces(name[len(GYMNAX_PREFIX):], channels_first=True, **json.loads(kwargs_json))
+    return dataclasses.replace(spaces_env_spec(name, obs, act), batched=True)
+
+
+def backend_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """The registry's `gymnax:<id>` row: the spec, described in a fresh process (JAX must not start in a process
+    that forks workers); kept per name and arguments."""
+    _require_gymnax(name)
+    return _spec_cached(name, json.dumps(env_kwargs or {}, sort_keys=True))
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                env_kwargs: dict[str, Any] | None = None) -> VecEnv:
+    """The registry's `gymnax:<id>` row: one jitted batch of `num_envs` envs."""
+    _require_gymnax(name)
+    from asyncrl.envs.registry import GYMNAX_PREFIX
+    from asyncrl.envs.vector_env import VectorVecEnv
+
+    env_id, kwargs = name[len(GYMNAX_PREFIX):], dict(env_kwargs or {})
+    return VectorVecEnv(name, lambda n: GymnaxVectorEnv(env_id, n, channels_first=True, **kwargs), num_envs)
+
+
+def _require_gymnax(name: str) -> None:
+    if importlib.util.find_spec("gymnax") is None or importlib.util.find_spec("jax") is None:
+        raise EnvError(f"{name!r} needs the gymnax extra (gymnax and jax): {INSTALL_HINT}")

@@ -20,14 +20,26 @@ SuperSuit's `pad_observations_v0` and `pad_action_space_v0`).
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv, episode_extras
+from asyncrl.envs.base import (
+    EnvError,
+    EnvSpec,
+    EpisodeStats,
+    EpisodeTracker,
+    VecEnv,
+    close_env,
+    episode_extras,
+    first_line,
+)
 from asyncrl.envs.gym_env import EnvActions, spaces_env_spec
+from asyncrl.envs.registry import PETTINGZOO_PREFIX
 
 
 def is_multi_agent(env: object) -> bool:
@@ -88,7 +100,7 @@ class MultiAgentVecEnv(VecEnv):
         try:
             self.spec = multi_agent_spec(name, first)
         except EnvError:
-            first.close()
+            close_env(first)
             raise
         self.agents = _agent_ids(first)
         per = self.num_agents = len(self.agents)
@@ -97,8 +109,7 @@ class MultiAgentVecEnv(VecEnv):
         self.parallel = _is_parallel(first)
         self.skipped = np.zeros(self.num_envs, dtype=bool)
         self._done = np.zeros(self.num_envs, dtype=bool)  # PettingZoo: the agent's episode ended, the env's not
-        self._ret = np.zeros(self.num_envs, dtype=np.float64)
-        self._len = np.zeros(self.num_envs, dtype=np.int64)
+        self.episodes = EpisodeTracker(self.num_envs)
         self._actions = EnvActions(self.spec)
         self._chw_keys = tuple(k.key for k in self.spec.obs_keys if k.channels_last)
         self._last: list[Any] = [None] * self.num_envs  # each agent's latest observation (a masked row repeats it)
@@ -107,15 +118,14 @@ class MultiAgentVecEnv(VecEnv):
         for i, env in enumerate(self.instances):
             self._write_reset(i, env.reset(seed=seed + i), obs_out)
         self._done[:] = False
-        self._ret[:] = 0.0
-        self._len[:] = 0
+        self.episodes.drop()
 
     def step(
         self, actions: np.ndarray, obs_out: np.ndarray, reward_out: np.ndarray, terminated_out: np.ndarray,
         truncated_out: np.ndarray, final_obs_out: np.ndarray,
     ) -> list[EpisodeStats]:
-        acts = self._actions(actions)
         self.skipped[:] = False
+        acts = self._actions(actions)
         stats: list[EpisodeStats] = []
         for i, env in enumerate(self.instances):
             if self.parallel:
@@ -175,14 +185,11 @@ class MultiAgentVecEnv(VecEnv):
         """Column c's reward and episode-end flags; its episode's stats when it ended (`_last[c]` is the observation
         it reached, the final one of a truncation)."""
         reward_out[c] = reward
-        self._ret[c] += reward
-        self._len[c] += 1
+        self.episodes.add(reward, c)
         cut = trunc and not term
         terminated_out[c], truncated_out[c] = term, cut
         if term or trunc:
-            stats.append(EpisodeStats(float(self._ret[c]), int(self._len[c]), cut,
-                                      episode_extras(info, self.info_keys), env=c))
-            self._ret[c], self._len[c] = 0.0, 0
+            stats.append(self.episodes.end(c, cut, episode_extras(info, self.info_keys)))
             self._done[c] = True
             if cut:
                 final_obs_out[c] = self._last[c]
@@ -207,4 +214,49 @@ class MultiAgentVecEnv(VecEnv):
 
     def close(self) -> None:
         for env in self.instances:
-            env.close()
+            close_env(env)
+
+
+def multi_agent_vec(name: str, made: object, make_one: Callable[[], object], num_envs: int) -> MultiAgentVecEnv:
+    """A MultiAgentVecEnv whose first instance is `made`, the others made by `make_one`."""
+    first = [made]
+    return MultiAgentVecEnv(name, lambda: first.pop() if first else make_one(), num_envs)
+
+
+def _pettingzoo_maker(name: str, env_kwargs: dict[str, Any] | None = None) -> Callable[[], object]:
+    """make(): `pettingzoo:<family>.<env>` as that PettingZoo module's parallel_env(**env_kwargs)."""
+    path = name[len(PETTINGZOO_PREFIX):]
+    if importlib.util.find_spec("pettingzoo") is None:
+        raise EnvError(f"{name!r} needs the multiagent extra (pettingzoo): pip install 'asyncrl[multiagent]'")
+    try:
+        module = importlib.import_module(f"pettingzoo.{path}")
+    except ImportError as e:
+        raise EnvError(f"cannot import pettingzoo.{path} for env {name!r}: {first_line(e)} (names are "
+                       f"pettingzoo:<family>.<env>, e.g. pettingzoo:butterfly.knights_archers_zombies_v11)") from None
+    if not hasattr(module, "parallel_env"):
+        raise EnvError(f"pettingzoo.{path} has no parallel_env (turn-based AEC envs are not supported); asyncrl "
+                       f"steps PettingZoo's ParallelEnv API")
+    kwargs = dict(env_kwargs or {})
+
+    def make() -> object:
+        try:
+            return module.parallel_env(**kwargs)
+        except Exception as e:  # noqa: BLE001 - the env's own complaint about its arguments, as one line
+            raise EnvError(f"cannot make {name!r} with --env-kwargs {kwargs}: {first_line(e)}") from None
+
+    return make
+
+
+def backend_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """The registry's `pettingzoo:<family>.<env>` row: the spec of one agent (one env made, and closed)."""
+    env = _pettingzoo_maker(name, env_kwargs)()
+    try:
+        return multi_agent_spec(name, env)
+    finally:
+        close_env(env)
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
+                env_kwargs: dict[str, Any] | None = None) -> VecEnv:
+    """The registry's `pettingzoo:<family>.<env>` row: `num_envs` env columns, one per agent."""
+    return MultiAgentVecEnv(name, _pettingzoo_maker(name, env_kwargs), num_envs)

@@ -45,3 +45,13 @@ class NullVecEnv(VecEnv):
             return []
         self._t[done] = 0
         return [EpisodeStats(float(EPISODE_LEN), EPISODE_LEN) for _ in range(n_done)]
+
+
+def backend_spec(name: str) -> EnvSpec:
+    """The registry's `null` row: the spec."""
+    return NULL_SPEC
+
+
+def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None) -> VecEnv:
+    """The registry's `null` row: `num_envs` envs."""
+    return NullVecEnv(num_envs)

@@ -1,32 +1,29 @@
-"""Env names to `EnvSpec`s and `VecEnv`s, through one table of backends (`BACKENDS`).
+"""Env names to `EnvSpec`s and `VecEnv`s, through one table of backends (`BACKENDS`) and the name resolution
+they share.
 
 Names: `atari_<rom>` (ale_py's C++ vector env), `doom_<scenario>` (VizDoom, the optional `doom` extra), `null`,
-a registered gymnasium id, or `module:callable` where the callable returns a `gymnasium.Env`. This module stays
-light: no torch, ale_py is imported only for Atari names (or to suggest close matches for an unknown name) and
-vizdoom only for Doom names.
+`gymnax:<id>`, `pettingzoo:<family>.<env>`, a registered gymnasium id, or `module:callable` where the callable
+returns a `gymnasium.Env` (or a VectorEnv, or a multi-agent env). This module stays light: no torch, and no
+backend module is imported until a name of its row is built (ale_py only for Atari names, or to suggest close
+matches for an unknown name; vizdoom only for Doom names).
 
 Every env is built through `make_env_spec(cfg)` and `make_vec_env(cfg, n, training=...)`, where `cfg` is a
 `Config`, a mapping of Config fields (a settings dict being resolved) or an env name alone (the Config defaults);
 keyword settings override it by field name (`make_vec_env("atari_pong", 2, max_episode_frames=400)`). The row
 that matches the name says which Config fields its backend reads, so a caller never spells a backend's options.
 
-A new backend is one file (its `VecEnv` and a function describing its `EnvSpec`, imported on use so that this
-module stays light) plus one `Backend` row in `BACKENDS`, above the catch-all gymnasium row: how its names are
-recognised, its spec and vector builders, the Config fields they take (`options`, and `train_options` that only
-training envs get), and its preset family (`asyncrl/presets.py`; None: chosen from the env's spaces).
+A new backend is one module (its `VecEnv`, and the row's two builders `backend_spec` and `backend_vec`) plus one
+`Backend` row in `BACKENDS`, above the catch-all gymnasium row: how its names are recognised, its module, the
+Config fields its builders take (`options`, and `train_options` that only training envs get), and its preset
+family (`asyncrl/presets.py`; None: chosen from the env's spaces).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import importlib
-import importlib.util
 import inspect
-import json
-import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +31,13 @@ from typing import Any
 import gymnasium as gym
 
 from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
-from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
-from asyncrl.envs.doom import DOOM_PREFIX, doom_env_spec
-from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec, spaces_env_spec
-from asyncrl.envs.multi_agent import (
-    MultiAgentVecEnv,
-    check_agent_columns,
-    check_self_play,
-    is_multi_agent,
-    multi_agent_spec,
-)
-from asyncrl.envs.null_env import NULL_SPEC, NullVecEnv
+from asyncrl.envs.base import EnvError, EnvSpec, VecEnv, first_line
+from asyncrl.envs.doom import DOOM_PREFIX
+from asyncrl.user_code import cwd_on_path
 
 ATARI_PREFIX = "atari_"
+GYMNAX_PREFIX = "gymnax:"
+PETTINGZOO_PREFIX = "pettingzoo:"
 NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, "
              "pettingzoo:<family>.<env>, null, or module:callable")
 EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
@@ -54,192 +45,32 @@ EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields b
 
 @dataclass(frozen=True)
 class Backend:
-    """One row of `BACKENDS`: the env names it serves and how to build them.
+    """One row of `BACKENDS`: the env names it serves and the module that builds them.
 
-    `spec(name, **options)` describes env `name` (making at most one env, and closing it);
-    `vec(name, num_envs, training, render_mode, **options, **train_options)` makes `num_envs` copies. The options
-    are Config fields by name, read from the caller's settings: `options` for every env, `train_options` only for
-    training envs (evaluation and `asyncrl-enjoy` play with the backend's own defaults).
+    The module (imported on first use) defines `backend_spec(name, **options)`, which describes env `name`
+    (making at most one env, and closing it), and `backend_vec(name, num_envs, training, render_mode, **options,
+    **train_options)`, which makes `num_envs` copies. The options are Config fields by name, read from the caller's
+    settings: `options` for every env, `train_options` only for training envs (evaluation and `asyncrl-enjoy` play
+    with the backend's own defaults).
     """
 
     name: str
     matches: Callable[[str], bool]
-    module: str  # where its VecEnv lives
-    spec: Callable[..., EnvSpec]
-    vec: Callable[..., VecEnv]
+    module: str  # where its VecEnv and its two builders live
     options: tuple[str, ...] = ()
     train_options: tuple[str, ...] = ()
     family: str | None = None  # its preset (asyncrl/presets.py:PRESETS); None: chosen from the env's spaces
     info_keys: bool = False  # --info-keys reads its step info
 
+    @property
+    def spec(self) -> Callable[..., EnvSpec]:
+        """`backend_spec` of its module."""
+        return importlib.import_module(self.module).backend_spec
 
-def _null_spec(name: str) -> EnvSpec:
-    return NULL_SPEC
-
-
-def _null_vec(name: str, num_envs: int, training: bool, render_mode: str | None) -> VecEnv:
-    return NullVecEnv(num_envs)
-
-
-def _doom_spec(name: str, doom_measurements: bool = False) -> EnvSpec:
-    return doom_env_spec(name, measurements=doom_measurements)
-
-
-def _doom_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-              doom_measurements: bool = False) -> VecEnv:
-    from asyncrl.envs.doom import DoomVecEnv, scenario
-
-    if scenario(name).players > 1:  # a network match: a process per player
-        from asyncrl.envs.doom_match import DoomMatchVecEnv
-
-        return DoomMatchVecEnv(name, num_envs, training=training, measurements=doom_measurements)
-    return DoomVecEnv(name, num_envs, training=training, measurements=doom_measurements)
-
-
-def _atari_spec(name: str) -> EnvSpec:
-    env = _atari_vec(name, 1, True, None)
-    try:
-        return env.spec
-    finally:
-        env.close()
-
-
-def _atari_vec(name: str, num_envs: int, training: bool, render_mode: str | None, env_threads: int = 1,
-               max_episode_frames: int | None = None) -> VecEnv:
-    game = name[len(ATARI_PREFIX) :]
-    if game not in _rom_ids():
-        raise _unknown(name)
-    from asyncrl.envs.atari import MAX_EPISODE_FRAMES, AtariVecEnv
-
-    return AtariVecEnv(game, num_envs, training=training, num_threads=env_threads,
-                       max_episode_frames=max_episode_frames or MAX_EPISODE_FRAMES)
-
-
-def _gym_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
-    make = _gym_maker(name, None, env_kwargs, env_vectorization)
-    made = make(1)
-    if is_multi_agent(made):
-        try:
-            return multi_agent_spec(name, made)
-        finally:
-            made.close()
-    if isinstance(made, gym.vector.VectorEnv):
-        from asyncrl.envs.vector_env import vector_env_spec
-
-        try:
-            spec = vector_env_spec(name, made)
-            return spec if getattr(make, "sized", True) else dataclasses.replace(spec, fixed_num_envs=made.num_envs)
-        finally:
-            made.close()
-    env = _check_env(name, made)
-    try:
-        return gym_env_spec(name, env)
-    finally:
-        env.close()
-
-
-def _gym_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-             env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> VecEnv:
-    make = _gym_maker(name, render_mode, env_kwargs, env_vectorization)
-    made = make(num_envs)
-    if isinstance(made, gym.vector.VectorEnv):
-        from asyncrl.envs.vector_env import VectorVecEnv
-
-        return VectorVecEnv(name, lambda n: made, num_envs)
-    if is_multi_agent(made):
-        return _multi_agent_vec(name, made, lambda: make(1), num_envs)
-    first = [_check_env(name, made)]  # the first env is the one just made; the others are made as it was
-
-    def factory() -> gym.Env:
-        return first.pop() if first else _check_env(name, make(1))
-
-    return GymVecEnv(name, factory, num_envs)
-
-
-def _multi_agent_vec(name: str, made: object, make_one: Callable[[], object], num_envs: int) -> VecEnv:
-    """A MultiAgentVecEnv whose first instance is `made`, the others made by `make_one`."""
-    first = [made]
-    return MultiAgentVecEnv(name, lambda: first.pop() if first else make_one(), num_envs)
-
-
-PETTINGZOO_PREFIX = "pettingzoo:"
-
-
-def _pettingzoo_maker(name: str, env_kwargs: dict[str, Any] | None = None) -> Callable[[], object]:
-    """make(): `pettingzoo:<family>.<env>` as that PettingZoo module's parallel_env(**env_kwargs)."""
-    path = name[len(PETTINGZOO_PREFIX):]
-    if importlib.util.find_spec("pettingzoo") is None:
-        raise EnvError(f"{name!r} needs the multiagent extra (pettingzoo): pip install 'asyncrl[multiagent]'")
-    try:
-        module = importlib.import_module(f"pettingzoo.{path}")
-    except ImportError as e:
-        raise EnvError(f"cannot import pettingzoo.{path} for env {name!r}: {_first_line(e)} (names are "
-                       f"pettingzoo:<family>.<env>, e.g. pettingzoo:butterfly.knights_archers_zombies_v11)") from None
-    if not hasattr(module, "parallel_env"):
-        raise EnvError(f"pettingzoo.{path} has no parallel_env (turn-based AEC envs are not supported); asyncrl "
-                       f"steps PettingZoo's ParallelEnv API")
-    kwargs = dict(env_kwargs or {})
-
-    def make() -> object:
-        try:
-            return module.parallel_env(**kwargs)
-        except Exception as e:  # noqa: BLE001 - the env's own complaint about its arguments, as one line
-            raise EnvError(f"cannot make {name!r} with --env-kwargs {kwargs}: {_first_line(e)}") from None
-
-    return make
-
-
-def _pettingzoo_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
-    env = _pettingzoo_maker(name, env_kwargs)()
-    try:
-        return multi_agent_spec(name, env)
-    finally:
-        env.close()
-
-
-def _pettingzoo_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-                    env_kwargs: dict[str, Any] | None = None) -> VecEnv:
-    return MultiAgentVecEnv(name, _pettingzoo_maker(name, env_kwargs), num_envs)
-
-
-def _check_env(name: str, made: object) -> gym.Env:
-    if not isinstance(made, gym.Env):
-        from asyncrl.envs.vector_env import check_vector_env
-
-        check_vector_env(name, made, 1)  # raises: neither an Env nor a VectorEnv
-    return made  # type: ignore[return-value]
-
-
-GYMNAX_PREFIX = "gymnax:"
-
-
-@functools.lru_cache(maxsize=16)
-def _gymnax_spec_cached(name: str, kwargs_json: str) -> EnvSpec:
-    from asyncrl.envs.gymnax_env import gymnax_spaces
-
-    obs, act = gymnax_spaces(name[len(GYMNAX_PREFIX):], channels_first=True, **json.loads(kwargs_json))
-    return dataclasses.replace(spaces_env_spec(name, obs, act), batched=True)
-
-
-def _gymnax_spec(name: str, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
-    """Described in a fresh process (JAX must not start in a process that forks workers); kept per name."""
-    _require_gymnax(name)
-    return _gymnax_spec_cached(name, json.dumps(env_kwargs or {}, sort_keys=True))
-
-
-def _gymnax_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-                env_kwargs: dict[str, Any] | None = None) -> VecEnv:
-    _require_gymnax(name)
-    from asyncrl.envs.gymnax_env import GymnaxVectorEnv
-    from asyncrl.envs.vector_env import VectorVecEnv
-
-    env_id, kwargs = name[len(GYMNAX_PREFIX):], dict(env_kwargs or {})
-    return VectorVecEnv(name, lambda n: GymnaxVectorEnv(env_id, n, channels_first=True, **kwargs), num_envs)
-
-
-def _require_gymnax(name: str) -> None:
-    if importlib.util.find_spec("gymnax") is None or importlib.util.find_spec("jax") is None:
-        raise EnvError(f"{name!r} needs the gymnax extra (gymnax and jax): pip install 'asyncrl[gymnax]'")
+    @property
+    def vec(self) -> Callable[..., VecEnv]:
+        """`backend_vec` of its module."""
+        return importlib.import_module(self.module).backend_vec
 
 
 def is_mujoco(name: str) -> bool:
@@ -250,20 +81,19 @@ def is_mujoco(name: str) -> bool:
 
 # The first row whose `matches` accepts the name serves it; the last row takes every other name.
 BACKENDS: list[Backend] = [
-    Backend("null", lambda name: name == "null", "asyncrl.envs.null_env", _null_spec, _null_vec, family="vector"),
-    Backend("doom", lambda name: name.startswith(DOOM_PREFIX), "asyncrl.envs.doom", _doom_spec, _doom_vec,
-            options=("doom_measurements",), family="doom"),
-    Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari", _atari_spec, _atari_vec,
+    Backend("null", lambda name: name == "null", "asyncrl.envs.null_env", family="vector"),
+    Backend("doom", lambda name: name.startswith(DOOM_PREFIX), "asyncrl.envs.doom", options=("doom_measurements",),
+            family="doom"),
+    Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari",
             train_options=("env_threads", "max_episode_frames"), family="atari"),
-    Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env", _gymnax_spec,
-            _gymnax_vec, options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
+    Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env",
+            options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
     Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
-            _pettingzoo_spec, _pettingzoo_vec, options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
-    Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", _gym_spec, _gym_vec, options=("env_kwargs",),
-            family="mujoco", info_keys=True),
+            options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
+    Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", options=("env_kwargs",), family="mujoco", info_keys=True),
     # a registered gymnasium id (batched where it has a vectorised implementation) or module:callable
-    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", _gym_spec, _gym_vec,
-            options=("env_kwargs", "env_vectorization"), info_keys=True),
+    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", options=("env_kwargs", "env_vectorization"),
+            info_keys=True),
 ]
 
 
@@ -275,6 +105,8 @@ def backend_for(name: str) -> Backend:
 def check_env_size(cfg: Config, spec: EnvSpec) -> None:
     """EnvError (one line) when the env's VectorEnv always has another size than a worker split's env count, or a
     worker split's env columns are not whole instances of a multi-agent env."""
+    from asyncrl.envs.multi_agent import check_agent_columns, check_self_play
+
     check_agent_columns(cfg.env, spec, cfg.envs_per_split)
     check_self_play(cfg.env, spec, cfg.self_play)
     if spec.fixed_num_envs and spec.fixed_num_envs != cfg.envs_per_split:
@@ -354,7 +186,8 @@ def make_vec_env(cfg: EnvSettings, num_envs: int, *, training: bool = True, rend
     return backend.vec(name, num_envs, training, render_mode, **options)
 
 
-def _rom_ids() -> list[str]:
+def rom_ids() -> list[str]:
+    """ale_py's ROM names ([] without ale_py)."""
     try:
         from ale_py.roms import get_all_rom_ids
     except ImportError:
@@ -366,8 +199,8 @@ def _is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
     return str(spec.entry_point).startswith("ale_py")
 
 
-def _gym_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
-               vectorization: str = "auto") -> Callable[[int], object]:
+def gym_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
+              vectorization: str = "auto") -> Callable[[int], object]:
     """make(n): env `name` as a gymnasium VectorEnv of n envs where it is batched (an id's vectorised
     implementation under --env-vectorization auto, when nothing is rendered; a module:callable returning one),
     otherwise one gymnasium.Env (n ignored)."""
@@ -380,14 +213,14 @@ def _gym_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, 
         return lambda n: _make_gym(name, render_mode, env_kwargs)
     if ":" in name:
         return _custom_maker(name, render_mode, env_kwargs, vectorization)
-    raise _unknown(name)
+    raise unknown_env(name)
 
 
 def _make_gym_vec(name: str, num_envs: int, env_kwargs: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
     try:
         return gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **(env_kwargs or {}))
     except (gym.error.Error, TypeError) as e:
-        raise EnvError(f"cannot make gymnasium vector env {name!r}: {_first_line(e)}; --env-vectorization loop "
+        raise EnvError(f"cannot make gymnasium vector env {name!r}: {first_line(e)}; --env-vectorization loop "
                        f"steps its envs one at a time") from e
 
 
@@ -396,11 +229,7 @@ def _make_gym(name: str, render_mode: str | None = None, env_kwargs: dict[str, A
         return gym.make(name, **(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
     except (gym.error.Error, TypeError) as e:  # TypeError: a constructor argument it does not take
         hint = " (pip install 'asyncrl[mujoco]')" if is_mujoco(name) and "mujoco" in str(e).lower() else ""
-        raise EnvError(f"cannot make gymnasium env {name!r}: {_first_line(e)}{hint}") from e
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).splitlines() or [""])[0]
+        raise EnvError(f"cannot make gymnasium env {name!r}: {first_line(e)}{hint}") from e
 
 
 def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
@@ -409,14 +238,13 @@ def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[st
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         raise EnvError(f"custom env {name!r} must be given as module:callable")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a my_env.py beside the user, as `python -c` finds it
-        sys.path.insert(0, os.getcwd())
+    cwd_on_path()  # a my_env.py beside the user, as `python -c` finds it
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise EnvError(f"cannot import module {module_name!r} for env {name!r}: {e}") from e
     if attr in gym.registry:  # gymnasium's own `module:EnvId` form (the import registered the id)
-        return _gym_maker(attr, render_mode, env_kwargs, vectorization)
+        return gym_maker(attr, render_mode, env_kwargs, vectorization)
     obj = module
     for part in attr.split("."):
         try:
@@ -435,7 +263,7 @@ def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[st
         except TypeError as e:
             if not kwargs:
                 raise
-            raise EnvError(f"{name!r} does not take --env-kwargs {kwargs}: {_first_line(e)}") from e
+            raise EnvError(f"{name!r} does not take --env-kwargs {kwargs}: {first_line(e)}") from e
 
     make.sized = sized  # type: ignore[attr-defined]  # False: a VectorEnv it returns has a size of its own
     return make
@@ -453,13 +281,14 @@ def _use_atari(name: str, spec: gym.envs.registration.EnvSpec) -> EnvError:
     return EnvError(f"{name!r} is an ale_py gymnasium id; use {ATARI_PREFIX}{game} for preprocessed Atari")
 
 
-def _unknown(name: str) -> EnvError:
-    rom_ids = _rom_ids()  # importing ale_py also registers its gymnasium ids
+def unknown_env(name: str) -> EnvError:
+    """The one-line error for a name no backend knows, with close matches where there are some."""
+    roms = rom_ids()  # importing ale_py also registers its gymnasium ids
     spec = gym.registry.get(name)
     if spec is not None and _is_ale(spec):
         return _use_atari(name, spec)
     by_lower = {"null": "null"}
-    for rom in rom_ids:  # `breakout` and `atari_breakot` both suggest atari_breakout
+    for rom in roms:  # `breakout` and `atari_breakot` both suggest atari_breakout
         by_lower[rom] = by_lower[ATARI_PREFIX + rom] = ATARI_PREFIX + rom
     by_lower.update((k.lower(), k) for k, s in gym.registry.items() if not _is_ale(s))
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=6, cutoff=0.75)

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, VecEnv, episode_extras
+from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, EpisodeTracker, VecEnv, episode_extras
 from asyncrl.envs.dict_obs import ArrayDict
 from asyncrl.envs.gym_env import spaces_env_spec
 
@@ -73,8 +73,7 @@ class VectorVecEnv(VecEnv):
             raise
         self.skipped = np.zeros(num_envs, dtype=bool)
         self._ended = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: these envs' next step is their reset
-        self._ret = np.zeros(num_envs, dtype=np.float64)
-        self._len = np.zeros(num_envs, dtype=np.int64)
+        self.episodes = EpisodeTracker(num_envs)
         self._action = self._action_converter(self.env.single_action_space)
         self._keys = tuple(k.key for k in self.spec.obs_keys)
         self._chw_keys = frozenset(k.key for k in self.spec.obs_keys if k.channels_last)
@@ -82,8 +81,7 @@ class VectorVecEnv(VecEnv):
     def reset(self, seed: int, obs_out: np.ndarray | ArrayDict) -> None:
         obs, _ = self.env.reset(seed=seed)  # env i gets seed + i
         self._write(obs_out, obs)
-        self._ret[:] = 0.0
-        self._len[:] = 0
+        self.episodes.drop()
         self._ended[:] = False
         self.skipped[:] = False
 
@@ -102,8 +100,7 @@ class VectorVecEnv(VecEnv):
         ended = np.logical_or(terminated_out, truncated_out)
         if self.mode is AutoresetMode.NEXT_STEP:
             np.copyto(self._ended, ended)
-        self._ret += reward_out
-        self._len += ~self.skipped
+        self.episodes.add(reward_out, steps=~self.skipped)
         self._write(obs_out, obs)
         if not ended.any():
             return []
@@ -117,13 +114,10 @@ class VectorVecEnv(VecEnv):
                 rows = np.flatnonzero(ended)
                 self._write_rows(obs_out, rows, fresh, "the reset observation")
         rows = np.flatnonzero(ended)
-        stats = [EpisodeStats(ret, length, cut, env=i) for ret, length, cut, i in
-                 zip(self._ret[rows].tolist(), self._len[rows].tolist(), truncated_out[rows].tolist(), rows.tolist())]
+        stats = self.episodes.end_many(rows, truncated_out[rows])
         if info:
             for i, episode in zip(rows.tolist(), stats):
                 episode.extra = episode_extras(_env_info(info, i), self.info_keys)
-        self._ret[ended] = 0.0
-        self._len[ended] = 0
         return stats
 
     def close(self) -> None:

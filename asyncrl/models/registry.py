@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
-import sys
 from typing import Any
 
 import numpy as np
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.user_code import cwd_on_path
 
 # name -> "module:factory"; the factories take (obs_shape, hidden_size) like a user's module:callable
 ENCODERS: dict[str, str] = {
@@ -76,8 +75,7 @@ def check_model(cfg: Config) -> None:
     module, _, attr = name.partition(":")
     if not module or not attr:
         raise ConfigError(f"--encoder {name!r}: give a factory as module:callable, e.g. my_models:make_encoder")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a my_models.py beside the user, as for --env
-        sys.path.insert(0, os.getcwd())
+    cwd_on_path()  # a my_models.py beside the user, as for --env
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:  # a parent package that is not there, or a malformed name
