@@ -21,7 +21,7 @@ from typing import Any
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.metrics import read_metrics
 from asyncrl.launch import run
-from asyncrl.resolve import config_from_flags
+from asyncrl.resolve import resolve_flags
 from asyncrl.runtime.plumbing.callbacks import Callbacks
 
 
@@ -64,7 +64,7 @@ def train(cfg: Config | None = None, /, *, config: str | None = None,
         raise ConfigError(f"asyncrl.train() takes a Config or keyword flags, not a {type(cfg).__name__}")
     hooks = Callbacks(callbacks)  # TypeError for a non-callable, before anything is resolved or written
     given = _given_fields(cfg) if cfg is not None else {}
-    resolved = config_from_flags(config, **{**given, **flags})
+    resolved = resolve_flags(config, **{**given, **flags})  # with the env spec it made, for the preflight
     code, stop_reason, ran = run(resolved, callbacks=hooks.fns)  # under torchrun, `ran` is this rank's settings
     records = read_metrics(ran.run_dir)
     result = TrainResult(ran.run_dir, records[-1] if records else {}, code, stop_reason, ran)

@@ -8,10 +8,13 @@ family's preset without making an env; any other env's is chosen from its spaces
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.agents.appo.presets import FAMILY_PRESETS
 from asyncrl.agents.off_policy.presets import ALGO_PRESETS, OFF_POLICY_PRESET
+
+if TYPE_CHECKING:
+    from asyncrl.spec_memo import EnvSpecs
 
 PRESETS: dict[str, dict[str, Any]] = {
     **FAMILY_PRESETS,  # APPO's, per env family: asyncrl/agents/appo/presets.py
@@ -20,19 +23,22 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> str:
+def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto",
+                specs: EnvSpecs | None = None) -> str:
     """The preset for env `env`: its backend's family (asyncrl/envs/registry.py:BACKENDS; atari_, doom_, null and
-    gymnasium's MuJoCo tasks have one), otherwise from its spaces (one env made and closed; an env that cannot be
-    made gets `vector` here and reports its error when the run starts): `atari` for uint8 frames, else `vector`,
-    or `vector_batched` when the env is stepped as one VectorEnv batch."""
-    from asyncrl.envs.registry import make_env_spec, preset_family
+    gymnasium's MuJoCo tasks have one), otherwise from its spaces (the env's spec from `specs`, the start's
+    specs, or a new one; an env that cannot be made gets `vector` here and reports its error in the preflight):
+    `atari` for uint8 frames, else `vector`, or `vector_batched` when the env is stepped as one VectorEnv batch."""
+    from asyncrl.envs.registry import preset_family
+    from asyncrl.spec_memo import EnvSpecs
 
     family = preset_family(env)
     if family is not None:
         return family
     try:
-        spec = make_env_spec(env, env_kwargs=env_kwargs or {}, env_vectorization=env_vectorization)
-    except Exception:  # EnvError or the env's own: the runner makes it again and reports that in one line
+        settings = {"env": env, "env_kwargs": env_kwargs or {}, "env_vectorization": env_vectorization}
+        spec = (specs or EnvSpecs()).get(settings)
+    except Exception:  # EnvError or the env's own: the preflight reports it in one line
         return "vector"
     image = len(spec.obs_shape) == 3 and spec.obs_dtype == "uint8"
     if spec.is_dict:  # a Dict with a uint8 image key: the CNN sets the pace, as for Atari
@@ -43,11 +49,11 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectoriz
 
 
 def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo",
-               env_vectorization: str = "auto") -> dict[str, Any]:
+               env_vectorization: str = "auto", specs: EnvSpecs | None = None) -> dict[str, Any]:
     """The env family's preset; for an off-policy `algo`, the "off_policy" preset (and "off_policy_<algo>") over it."""
     from asyncrl.agents.registry import OFF_POLICY
 
-    family = PRESETS[preset_name(env, env_kwargs, env_vectorization)]
+    family = PRESETS[preset_name(env, env_kwargs, env_vectorization, specs)]
     if algo in OFF_POLICY:
         return {**family, **PRESETS["off_policy"], **PRESETS.get(f"off_policy_{algo}", {})}
     return dict(family)

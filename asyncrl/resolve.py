@@ -2,7 +2,9 @@
 saved config.json, resolved into one `asyncrl.config.Config`.
 
 Command line > --config FILE > the env family's preset (asyncrl.presets) > Config defaults; with --resume the
-run's config.json takes the place of the preset and the defaults. Importing this module stays cheap (no torch).
+run's config.json takes the place of the preset and the defaults. A resolution (`Resolution`) keeps the env specs
+it made (`asyncrl.spec_memo`) and the config.json it read, for the preflight and the resume lines to reuse.
+Importing this module stays cheap (no torch).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from asyncrl.config import (
     parse_env_kwargs,
 )
 from asyncrl.presets import PRESETS, preset_for
+from asyncrl.spec_memo import EnvSpecs
 from asyncrl.system import available_memory, usable_cpus
 
 RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run; never taken from its config.json
@@ -96,12 +99,26 @@ def help_group_title(algos: tuple[str, ...]) -> str:
     return f"{names} (--algo {', '.join(algos)})"
 
 
-@dataclass
-class CommandLine:
-    """What `asyncrl-train`'s command line asks for: the resolved configuration, and whether only to print it."""
+@dataclass(frozen=True)
+class Resolution:
+    """Resolved settings, with what resolving them read: the env specs made on the way (the preflight reuses them)
+    and, on --resume, the run's saved config.json (None: none was read)."""
 
     config: Config
+    specs: EnvSpecs = dataclasses.field(default_factory=EnvSpecs)
+    saved: dict[str, Any] | None = None
+
+
+@dataclass
+class CommandLine:
+    """What `asyncrl-train`'s command line asks for: the resolved settings, and whether only to print them."""
+
+    resolution: Resolution
     print_config: bool = False
+
+    @property
+    def config(self) -> Config:
+        return self.resolution.config
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -122,17 +139,28 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     explicit = {k: v for k, v in args.items() if v != parser.get_default(k) or _given(k, words)}
     if "experiment" in explicit and not explicit["experiment"].strip():
         raise ConfigError("--experiment must not be blank; give a name or leave the flag out (the env's name)")
-    return CommandLine(merge_config(explicit, config_file), print_config)
+    return CommandLine(resolve_settings(explicit, config_file), print_config)
 
 
 def config_from_flags(config: str | None = None, **flags: Any) -> Config:
     """The Python form of the command line: `config_from_flags(env="CartPole-v1", frames=150000)` resolves the
     same Config as `asyncrl-train --env CartPole-v1 --frames 150000` (flags > config file > preset > defaults)."""
-    return merge_config(check_settings(flags, "asyncrl.train()"), config)
+    return resolve_flags(config, **flags).config
+
+
+def resolve_flags(config: str | None = None, **flags: Any) -> Resolution:
+    """config_from_flags, with what the resolution read (`Resolution`)."""
+    return resolve_settings(check_settings(flags, "asyncrl.train()"), config)
 
 
 def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Config:
     """Given settings (and a config file's, which they override) over the preset or the resumed run's config."""
+    return resolve_settings(explicit, config_file).config
+
+
+def resolve_settings(explicit: dict[str, Any], config_file: str | None = None) -> Resolution:
+    """merge_config, with the env specs it made and the config.json it read (`Resolution`)."""
+    specs = EnvSpecs()
     on_command_line = set(explicit)
     if config_file is not None:
         from_file = read_config_file(config_file)
@@ -147,11 +175,12 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if saved is not None:
         base = {**args, **saved, **{k: args[k] for k in RESUME_KEEPS_GIVEN}}
     else:
-        preset = preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"], args["env_vectorization"])
+        preset = preset_for(args["env"], parse_env_kwargs(args["env_kwargs"]), args["algo"], args["env_vectorization"],
+                            specs)
         base = {**args, **preset}
     scale = explicit.get("scale", base.get("scale", ""))
     if scale and (saved is None or "scale" in explicit):  # a resumed run's config.json already holds its scale
-        base.update(scaled(scale, {**base, **explicit}, explicit))
+        base.update(scaled(scale, {**base, **explicit}, explicit, specs))
     merged = {**base, **explicit}
     check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
     if "lr" in explicit and "lr_base" not in explicit:
@@ -159,24 +188,24 @@ def merge_config(explicit: dict[str, Any], config_file: str | None = None) -> Co
     if saved is None:  # a resumed run's config.json holds the rule it resolved
         merged.update(default_lr_rule(merged, explicit, preset))
     if saved is None and "envs_per_worker" not in explicit:
-        merged.update(agent_columns(merged, explicit))
+        merged.update(agent_columns(merged, explicit, specs))
     if saved is None and merged.get("rnn") == "lstm" and merged["algo"] in PPO_ONLY and "center_values" not in explicit:
         merged["center_values"] = True  # an LSTM's cells run away on returns far from 0 without it (results.md)
     if merged.get("deterministic"):
         merged.update({k: 1 for k in LOCKSTEP_ONES if k not in explicit})  # validate() refuses a given one
     if merged.get("serial"):
         merged.update({k: 1 for k in SERIAL_ONES if k not in explicit})  # validate() refuses a given one
-    return Config(**merged).resolve()
+    return Resolution(Config(**merged).resolve(), specs, saved)
 
 
-def agent_columns(settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+def agent_columns(settings: dict[str, Any], explicit: dict[str, Any],
+                  specs: EnvSpecs | None = None) -> dict[str, Any]:
     """For a multi-agent env (each agent an env column), --envs-per-worker rounded up to whole env instances per
-    worker split, and --batch-size (unless given) up to whole trajectories of them; {} for other envs."""
+    worker split, and --batch-size (unless given) up to whole trajectories of them; {} for other envs. The env's
+    spec comes from `specs` (the resolution's) where given."""
     try:
-        from asyncrl.envs.registry import make_env_spec
-
-        agents = make_env_spec(settings).num_agents
-    except Exception:  # a bad env name: the runner says so with its own one-line error
+        agents = (specs or EnvSpecs()).get(settings).num_agents
+    except Exception:  # a bad env name: the preflight says so with its own one-line error
         return {}
     splits, rollout = max(1, int(settings["worker_splits"])), max(1, int(settings["rollout"]))
     per_split = max(1, int(settings["envs_per_worker"]) // splits)
@@ -215,7 +244,8 @@ def default_lr_rule(settings: dict[str, Any], explicit: dict[str, Any], preset: 
     return {"lr_scaling": "sqrt", "lr_reference_batch": reference}
 
 
-def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any],
+           specs: EnvSpecs | None = None) -> dict[str, Any]:
     """The `--scale` preset's settings for this machine (asyncrl.scaling.scale_settings); an unknown scale is left
     to validate()."""
     from asyncrl.scaling import SCALES, scale_settings, world_size
@@ -223,24 +253,23 @@ def scaled(scale: str, settings: dict[str, Any], explicit: dict[str, Any]) -> di
     if scale not in SCALES:
         return {"scale": scale}
     given = {k: explicit[k] for k in ("workers", "envs_per_worker", "rollout", "worker_splits") if k in explicit}
-    batched, fits = _trajectories_fit(settings)
+    batched, fits = _trajectories_fit(settings, specs)
     return {**scale_settings(scale, given, cores=usable_cpus(), world=world_size(), batched=batched, fits=fits),
             "scale": scale}
 
 
-def _trajectories_fit(settings: dict[str, Any]) -> tuple[bool, Any]:
+def _trajectories_fit(settings: dict[str, Any], specs: EnvSpecs | None = None) -> tuple[bool, Any]:
     """(the env is batched, fits(workers, envs_per_worker, rollout, splits): the trajectory buffer within 80% of
-    free RAM, as the runner checks); (False, always True) when the env cannot be described here (the runner
+    free RAM, as the preflight checks); (False, always True) when the env cannot be described here (the preflight
     reports that)."""
     try:
-        from asyncrl.envs.registry import make_env_spec
         from asyncrl.models.registry import state_layout
         from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 
-        spec = make_env_spec(settings)  # with the run's --env-kwargs and backend options
+        spec = (specs or EnvSpecs()).get(settings)  # with the run's --env-kwargs and backend options
         state = state_layout(Config(**{k: settings[k] for k in ("rnn", "rnn_size", "rnn_layers") if k in settings}))
         available = available_memory()
-    except Exception:  # a bad env name: the runner says so with its own one-line error
+    except Exception:  # a bad env name: the preflight says so with its own one-line error
         return False, lambda workers, envs, rollout, splits: True
 
     def fits(workers: int, envs: int, rollout: int, splits: int) -> bool:
@@ -322,11 +351,19 @@ def read_saved_config(args: dict[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in data.items() if k in known}
 
 
-def resume_changes(cfg: Config) -> list[str]:
-    """One `name: saved -> now` line per setting that differs from the run's saved config.json (on --resume)."""
+def resolution_of(cfg: Config) -> Resolution:
+    """A Config resolved elsewhere as a `Resolution`: no env spec made yet, and on --resume its run's config.json."""
+    args = {"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}
+    return Resolution(cfg, EnvSpecs(), read_saved_config(args) if cfg.resume else None)
+
+
+def resume_changes(cfg: Config, saved: dict[str, Any] | None = None) -> list[str]:
+    """One `name: saved -> now` line per setting that differs from the run's saved config.json (on --resume):
+    `saved` as the resolution read it (`Resolution.saved`), or read here when not given."""
     if not cfg.resume:
         return []
-    saved = read_saved_config({"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}) or {}
+    if saved is None:
+        saved = read_saved_config({"experiment": cfg.experiment, "env": cfg.env, "train_dir": cfg.train_dir}) or {}
     now = dataclasses.asdict(cfg)
     internal = {f.name for f in dataclasses.fields(Config) if not f.metadata.get("cli", True)}  # e.g. lr_base
     return [f"{k}: {saved[k]} -> {now[k]}" for k in now

@@ -19,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from asyncrl.agents.registry import check_algo_env
 from asyncrl.config import Config, ConfigError
 from asyncrl.diagnostics.aggregate import PolicyTotals, Totals
 from asyncrl.diagnostics.metrics import MetricsWriter
@@ -45,8 +44,7 @@ from asyncrl.runtime.recovery.supervisor import (
     clean_stale_shm,
 )
 from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
-from asyncrl.runtime.store.checkpoint import list_checkpoints
-from asyncrl.runtime.store.run_meta import check_resume, write_meta
+from asyncrl.runtime.store.run_meta import write_meta
 from asyncrl.system import available_memory
 
 SHUTDOWN_TIMEOUT_S = 8.0
@@ -79,27 +77,8 @@ def _import_torch_once() -> None:
     import torch  # noqa: F401
 
 
-__all__ = ["RunError", "Runner", "check_memory", "check_run_dir", "final_checkpoint_line", "interval_record",
+__all__ = ["RunError", "Runner", "check_memory", "final_checkpoint_line", "interval_record",
            "join_while_beating", "mean_last", "prepare_run_dir", "restore_totals", "run_state"]
-
-
-def check_run_dir(cfg: Config) -> None:
-    """Refuse before anything is allocated: the user gets one line saying what to do."""
-    has_ckpt = bool(list_checkpoints(cfg.run_dir))
-    if cfg.resume and not has_ckpt:
-        raise ConfigError(f"--resume: no checkpoint to resume in {cfg.run_dir}; drop --resume to start afresh")
-    if not cfg.resume and os.path.exists(os.path.join(cfg.run_dir, "metrics.jsonl")):
-        raise ConfigError(f"experiment {cfg.run_dir} already exists; pass --resume to continue it "
-                          f"or --experiment NAME to start a new one")
-    try:
-        os.makedirs(cfg.run_dir, exist_ok=True)
-        probe = os.path.join(cfg.run_dir, ".write_test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as exc:
-        raise ConfigError(f"cannot write to train dir {cfg.run_dir} ({exc.strerror}); "
-                          f"choose another with --train-dir") from None
 
 
 def check_memory(cfg: Config, spec: EnvSpec) -> None:
@@ -111,13 +90,14 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
 
 
 def prepare_run_dir(cfg: Config, spec: EnvSpec, out=print) -> None:
-    """Before a run starts (the forked engine's or the serial loop's): refuse what cannot run (ConfigError, one
-    line), clear what a killed run left, and write config.json (and on a fresh start checkpoints/meta.json)."""
-    check_run_dir(cfg)
-    check_memory(cfg, spec)
-    check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
-    if cfg.resume:
-        check_resume(cfg, spec)  # another env or model shape: refused before anything starts
+    """Before a run starts (the forked engine's or the serial loop's), once the preflight (`asyncrl.preflight`)
+    passed: create the run directory, clear what a killed run left, and write config.json (and on a fresh start
+    checkpoints/meta.json). ConfigError (one line) when the directory cannot be created."""
+    try:
+        os.makedirs(cfg.run_dir, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write to train dir {cfg.run_dir} ({exc.strerror}); "
+                          f"choose another with --train-dir") from None
     stale = clean_stale_shm()
     if stale:
         out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
@@ -180,14 +160,15 @@ def final_checkpoint_line(saved: dict, after: str = "") -> str:
 
 class Runner:
     def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (),
-                 ranks: DataParallel | None = None):
+                 ranks: DataParallel | None = None, spec: EnvSpec | None = None):
+        """`spec`: the env's, as the preflight made it (`asyncrl.preflight.Prepared.spec`); made here if None."""
         self.cfg = cfg
         self.ranks = ranks  # under torchrun: this rank's place and state (asyncrl.runtime.distributed)
         self.out = out
         self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
         self.shutting_down = False
         self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
-        self.spec = make_env_spec(cfg)
+        self.spec = spec if spec is not None else make_env_spec(cfg)
         self.stop_reason: str | None = None
         self.t_signal: float | None = None  # time.monotonic() of the first stop signal
         self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
