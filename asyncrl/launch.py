@@ -47,7 +47,7 @@ def run(settings: Config | Resolution, out: Callable[..., None] = print,
     if cfg.serial:
         from asyncrl.runtime.serial import SerialRun
 
-        engine: Any = SerialRun(cfg, out, callbacks)
+        engine: Any = SerialRun(cfg, out, callbacks, spec=prepared.spec)
     else:
         from asyncrl.runtime.roles.runner import Runner
 

@@ -24,7 +24,7 @@ from asyncrl.models.actor_critic import build_model
 from asyncrl.policy import load_run_policy
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, obs_arrays
 from asyncrl.runtime.roles.evaluator import _play
-from asyncrl.runtime.roles.rollout_worker import _keep_final_obs
+from asyncrl.runtime.stages.rollout import keep_final_obs
 from asyncrl.runtime.store.checkpoint import save_checkpoint
 from tests.conftest import run_cli
 from tests.custom_env import SignMatch
@@ -76,7 +76,7 @@ def test_slots_and_batch_hold_each_key_aligned_with_actions() -> None:
         traj["actions"][slot, t] = rng.integers(0, 2, 3)
         env.step(traj["actions"][slot, t], obs[slot, t + 1], traj["rewards"][slot, t], traj["terminated"][slot, t],
                  traj["truncated"][slot, t], scratch)
-        _keep_final_obs(slot, t, traj["truncated"], scratch, final_obs, traj["final_step"])
+        keep_final_obs(slot, t, traj["truncated"], scratch, final_obs, traj["final_step"])
     env.close()
     assert traj["final_step"][slot].tolist() == [7, 7, 7]  # 8-step episodes: cut after step 7
     assert (traj["final_obs/screen"][slot] == 5).all()  # brightness 5 + 10 * (step % 8), channels first

@@ -16,7 +16,7 @@ from asyncrl.config import Config
 from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.plumbing.trajectories import NO_FINAL, allocate_trajectories
-from asyncrl.runtime.roles.rollout_worker import _keep_final_obs
+from asyncrl.runtime.stages.rollout import keep_final_obs
 
 GAMMA = 0.98
 V_TRUE = -1.0 / (1.0 - GAMMA)  # -50: reward -1 every step, forever
@@ -111,7 +111,7 @@ def test_learner_bootstraps_from_the_stored_final_observation() -> None:
         traj["actions"][slot, t] = 0.5
         env.step(traj["actions"][slot, t], traj["obs"][slot, t + 1], traj["rewards"][slot, t],
                  traj["terminated"][slot, t], traj["truncated"][slot, t], scratch)
-        _keep_final_obs(slot, t, traj["truncated"], scratch, traj["final_obs"], traj["final_step"])
+        keep_final_obs(slot, t, traj["truncated"], scratch, traj["final_obs"], traj["final_step"])
         returned[t] = np.stack([e.returned for e in env.envs]).astype(np.float32)
     env.close()
     assert traj["truncated"][slot, :, 0].tolist() == [False, True, False, True]

@@ -10,68 +10,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from asyncrl.agents.base import Learner
-from asyncrl.agents.batch import Batch, gather_batch
+from asyncrl.agents.batch import Batch
 from asyncrl.agents.registry import make_learner
 from asyncrl.config import Config, member_config, member_settings, policy_settings
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import flat_state
-from asyncrl.models.obs import obs_tensors
 from asyncrl.runtime.distributed.group import Group, join_group
 from asyncrl.runtime.distributed.rank import DataParallel
-from asyncrl.runtime.host.cpus import default_learner_threads
-from asyncrl.runtime.host.devices import configure_cuda_backends, resolve_device
-from asyncrl.runtime.host.seeding import make_deterministic, seed_learner, write_initial_weights_checksum
+from asyncrl.runtime.host.seeding import write_initial_weights_checksum
 from asyncrl.runtime.plumbing.channels import Channels, Empty, Full, report
 from asyncrl.runtime.roles.process import init_child
-from asyncrl.runtime.store.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
+from asyncrl.runtime.stages.learner_state import (
+    NONFINITE_LIMIT,
+    Resumed,
+    ResumeError,
+    learner_threads,
+    load_resume_state,
+    nonfinite_message,
+    read_resume_state,
+    set_up_torch,
+    try_save,
+)
+from asyncrl.runtime.stages.learning import LearnerStage, WeightsPublisher
 from asyncrl.shm import SharedArrays, SharedWeights
 
-NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradient before the run stops
-
-
-class WeightsPublisher:
-    """Flattens the model's float tensors into the shared weights buffer after every optimizer step."""
-
-    def __init__(self, model: torch.nn.Module, weights: SharedWeights):
-        self.tensors = flat_state(model)
-        numel = sum(t.numel() for t in self.tensors)
-        self.weights = weights
-        self.shared = weights.allocate(numel)
-        self.staging = torch.empty(numel, dtype=torch.float32)
-
-    def publish(self, version: int) -> None:
-        offset = 0
-        with torch.no_grad():
-            for t in self.tensors:
-                self.staging[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
-                offset += t.numel()
-        self.weights.publish(self.staging.numpy(), version)
-
-
-def learner_threads(cfg: Config, device: torch.device) -> int:
-    """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.host.cpus`)."""
-    if cfg.deterministic:
-        return 1
-    if cfg.learner_threads:
-        return cfg.learner_threads
-    return default_learner_threads(device.type, cfg.policy_workers)
-
-
-def read_resume_state(run_dir: str, warn) -> tuple[str, dict]:
-    """(path, state) of the newest good checkpoint, loaded on the CPU whatever the learner's device.
-
-    `load_state_dict` then places each tensor: weights and Adam's moments on the parameters' device, Adam's
-    `step` counters on the CPU (where a non-capturable Adam keeps them), and the RNG states stay the CPU byte
-    tensors `torch.set_rng_state` takes. Mapping the checkpoint onto a GPU would move all of them there.
-    """
-    return load_latest_checkpoint(run_dir, map_location="cpu", set_aside=True, warn=warn)
-
+__all__ = ["LearnerLoop", "NONFINITE_LIMIT", "ResumeError", "Resumed", "SnapshotPool", "WeightsPublisher",
+           "learner_threads", "load_resume_state", "nonfinite_message", "read_resume_state", "run_learner",
+           "set_up_torch"]
 
 def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[SharedWeights] | SharedWeights,
                 channels: Channels, ranks: DataParallel | None = None) -> None:
@@ -104,9 +72,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     save = _checkpointer(cfg, learners, publishers, channels, pool)
     if group is not None:
         save = group.wrap_save(save)  # only rank 0 saves, with the group's totals
-    loop = LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps)
-    loop.pool = pool
-    loop.run()
+    LearnerLoop(cfg, spec, traj, device, learners, publishers, channels, group, save, env_steps, pool).run()
 
 
 class SnapshotPool:
@@ -159,55 +125,6 @@ class SnapshotPool:
         self.publishers[j].publish(self.versions[j])
 
 
-def set_up_torch(cfg: Config) -> torch.device:
-    """This process's device, threads, determinism, CUDA backends and seeds (initial weights and minibatch
-    order; a resume restores the saved generators)."""
-    device = resolve_device(cfg.device)
-    torch.set_num_threads(learner_threads(cfg, device))
-    if cfg.deterministic:
-        make_deterministic()
-    configure_cuda_backends(device, cfg.deterministic)
-    seed_learner(cfg.seed)
-    return device
-
-
-class ResumeError(RuntimeError):
-    """--resume found no checkpoint that loads into this learner (one line for the user)."""
-
-
-class Resumed(NamedTuple):
-    """What a resume takes from the checkpoint besides the learners' own state."""
-
-    path: str
-    env_steps: int
-    run: dict  # the runner's counters (elapsed time, episodes, restarts)
-    pool: dict | None  # --self-play's snapshot pool (`SnapshotPool.state`), None when the run kept none
-
-
-def load_resume_state(cfg: Config, learner: Learner | list[Learner], warn: Callable[[str], None]) -> Resumed:
-    """Load the run's newest good checkpoint into `learner` (or each policy's learner, in order). ResumeError when
-    there is none or it does not fit the model; `warn` hears of corrupt ones skipped."""
-    learners = learner if isinstance(learner, list) else [learner]
-    try:
-        path, state = read_resume_state(cfg.run_dir, warn)
-    except CheckpointError as exc:
-        raise ResumeError(str(exc)) from None
-    saved = [state["learner"], *state.get("policies", [])]
-    if len(saved) != len(learners):
-        raise ResumeError(f"checkpoint {path} holds {len(saved)} policies and this run has {len(learners)}; resume "
-                          f"with --num-policies {len(saved)} or start a new --experiment")
-    try:
-        for member, member_state in zip(learners, saved):
-            member.load_state_dict(member_state)
-        for member, settings in zip(learners, state.get("policy_settings", [])):
-            member.retune(member_config(member.cfg, settings))  # where PBT had taken each policy
-    except (KeyError, RuntimeError, ValueError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ResumeError(f"checkpoint {path} does not fit this model ({reason}); resume with the settings it was "
-                          f"trained with or start a new --experiment") from None
-    return Resumed(path, int(state["env_steps"]), dict(state.get("run", {})), state.get("self_play_pool"))
-
-
 def _resume(cfg: Config, learner: list[Learner], channels: Channels) -> Resumed | None:
     """With --resume, load the newest good checkpoint into `learner` and say what else it kept (a fresh start:
     nothing); None after a fatal report."""
@@ -249,45 +166,13 @@ def _checkpointer(cfg: Config, learners: list[Learner], publishers: list[Weights
                   channels: Channels, pool: SnapshotPool | None = None) -> Callable[[int, dict], None]:
     """`save(env_steps, run_state)`: a checkpoint of the learner (every policy's, and the self-play pool), unless
     its weights are not finite; a failed write is reported and training goes on."""
-    learner = learners[0]
 
     def save(steps: int, run: dict) -> None:
-        try:
-            path = save_learner(cfg, learners, [t for p in publishers for t in p.tensors], steps, run,
-                                pool=None if pool is None else pool.state())
-        except OSError as exc:  # full disk, unwritable dir: training goes on, the older checkpoints stay
-            report(channels, "save_failed", 0, {"message": save_failed_message(cfg, exc)})
-            return
-        if path is None:
-            report(channels, "warning", 0, {"message": NOT_FINITE_SAVE})
-            return
-        report(channels, "saved", 0, {"version": learner.version, "env_steps": steps, "path": path})
+        kind, payload = try_save(cfg, learners, [t for p in publishers for t in p.tensors], steps, run,
+                                 pool=None if pool is None else pool.state())
+        report(channels, kind, 0, payload)
 
     return save
-
-
-NOT_FINITE_SAVE = "not saving a checkpoint: the weights are not finite"
-
-
-def save_learner(cfg: Config, learner: Learner | list[Learner], tensors: list[torch.Tensor], steps: int,
-                 run: dict, pool: dict | None = None) -> str | None:
-    """Checkpoint `learner` (or each policy's, in order) at `steps` env steps with the runner's counters `run`
-    (and --self-play's `pool`): the path, or None (nothing written) when the published `tensors` are not finite.
-    OSError when the write fails. Policy 0 is `learner`, the others `policies`, their current settings
-    `policy_settings`."""
-    learners = learner if isinstance(learner, list) else [learner]
-    if not all(torch.isfinite(t).all() for t in tensors):
-        return None
-    population = {} if len(learners) == 1 else {
-        "policies": [m.state_dict() for m in learners[1:]],
-        "policy_settings": [member_settings(m.cfg) for m in learners]}
-    return save_checkpoint(cfg.run_dir, learners[0].version, {
-        "learner": learners[0].state_dict(), "env_steps": steps, "config": cfg.to_json(), "env": cfg.env,
-        "run": run, **population, **({} if pool is None else {"self_play_pool": pool})}, cfg.keep_checkpoints)
-
-
-def save_failed_message(cfg: Config, exc: OSError) -> str:
-    return f"could not save a checkpoint in {cfg.run_dir}/checkpoints: {exc.strerror or exc}"
 
 
 class LearnerLoop:
@@ -300,16 +185,22 @@ class LearnerLoop:
 
     def __init__(self, cfg: Config, spec: EnvSpec, traj: SharedArrays, device: torch.device,
                  learners: Learner | list[Learner], publishers: WeightsPublisher | list[WeightsPublisher],
-                 channels: Channels, group: Group | None, save: Callable[[int, dict], None], env_steps: int):
+                 channels: Channels, group: Group | None, save: Callable[[int, dict], None], env_steps: int,
+                 pool: SnapshotPool | None = None):
         self.learners = learners if isinstance(learners, list) else [learners]
         self.publishers = publishers if isinstance(publishers, list) else [publishers]
         self.learner, self.publisher = self.learners[0], self.publishers[0]
         self.cfg, self.spec, self.traj, self.device = cfg, spec, traj, device
         self.channels, self.group, self.save = channels, group, save
-        self.pool: SnapshotPool | None = None  # --self-play
+        self.pool = pool  # --self-play
         self.beat = channels.live["beat_learner"]
         self.env_steps = env_steps  # the runner's count, from its commands
-        self.collected = env_steps  # env steps in the batches taken so far (in lockstep, every step the workers made)
+        # env steps in the batches taken so far (in lockstep, every step the workers made)
+        self.stage = LearnerStage(spec, traj, device, self.learners, self.publishers, collected=env_steps)
+        if group is not None:
+            self.stage.agree = lambda member, stats: group.agree(member, stats, channels)
+        if pool is not None:
+            self.stage.after_update = pool.after_update
         self.pending: list[int] = []
         self.t_wait, self.fed = 0.0, False
 
@@ -389,37 +280,13 @@ class LearnerLoop:
 
     def _update(self) -> Batch:
         """Copy the pending slots out, train on them, agree with the other ranks, publish and report."""
-        cfg, learner, channels = self.cfg, self.learner, self.channels
         t1 = time.monotonic()
-        slots = np.asarray(self.pending, dtype=np.int64)
-        population = "policy" in self.traj  # gathered at version 0: each policy counts the lag from its own
-        batch = gather_batch(self.traj, slots, 0 if population else learner.version, self.device)
-        if not cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
-            channels.free.put_many(self.pending)
-        t2 = time.monotonic()
-        timing = {"t_wait": self.t_wait, "t_copy": t2 - t1}
-        for p, (member, publisher) in enumerate(zip(self.learners, self.publishers)):
-            rows = batch.policy_rows(p, member.version) if population else batch
-            if rows is None:  # this policy did not act in the batch
-                continue
-            t_start = time.monotonic()
-            # The learning-rate schedule's progress: one policy's own samples, a population's run frames (so
-            # a schedule over --frames ends where the run ends for every policy)
-            progress = self.collected if population else member.samples_trained
-            stats = member.train(rows, progress * self.spec.frameskip)
-            if self.group is not None:
-                self.group.agree(member, stats, channels)  # torchrun: counters and stopping, before publishing
-            publisher.publish(member.version)
-            if self.pool is not None:
-                self.pool.after_update(p, member)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            stats.update(timing, t_train=time.monotonic() - t_start, **({"policy": p} if population else {}))
-            timing = {"t_wait": 0.0, "t_copy": 0.0}  # counted once per batch
-            report(channels, "learner", p, stats)
+        batch = self.stage.gather(self.pending)
+        if not self.cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
+            self.channels.free.put_many(self.pending)
+        for stats in self.stage.train(batch, {"t_wait": self.t_wait, "t_copy": time.monotonic() - t1}):
+            report(self.channels, "learner", stats.get("policy", 0), stats)
         self.t_wait = 0.0
-        # Agent steps, as the runner counts them: a NEXT_STEP env's reset rows are not (invalid, like failed steps)
-        self.collected += batch.rewards.numel() if batch.valid is None else int(batch.valid.sum())
         self._release_lockstep()
         self.pending = []
         return batch
@@ -429,7 +296,7 @@ class LearnerLoop:
         reports reach the runner after this update's report. At --frames the slots are kept, so no update follows
         the one the runner stops on and the final checkpoint is the same in every run."""
         cfg = self.cfg
-        if cfg.deterministic and not (cfg.frames and self.collected * self.spec.frameskip >= cfg.frames):
+        if cfg.deterministic and not (cfg.frames and self.stage.collected * self.spec.frameskip >= cfg.frames):
             self.channels.free.put_many(self.pending)
 
 
@@ -437,16 +304,6 @@ def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
     """Report the divergence as fatal. The skipped steps left the weights as they were, so the final save at the
     runner's stop keeps them (`save` refuses non-finite weights)."""
     _fatal(channels, {"message": nonfinite_message(learner, batch), "code": "nonfinite"})
-
-
-def nonfinite_message(learner: Learner, batch: Batch) -> str:
-    """Why the run stops after `NONFINITE_LIMIT` skipped optimizer steps, and what to try (one line)."""
-    bad = [n for n in ("rewards", "obs")
-           if not all(torch.isfinite(x.float()).all() for x in obs_tensors(getattr(batch, n)))]
-    cause = f"the env produced non-finite {' and '.join(bad)}" if bad else "training diverged"
-    return (f"{learner.nonfinite_streak} optimizer steps in a row had a NaN/Inf loss or gradient ({cause}); "
-            f"stopped. Fix: check the env's rewards and observations, lower --lr, keep --max-grad-norm, try "
-            f"--normalize-obs.")
 
 
 def _fatal(channels: Channels, payload: dict) -> None:

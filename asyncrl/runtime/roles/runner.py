@@ -9,42 +9,35 @@ forks stay safe (`launch.check_can_fork`).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import multiprocessing as mp
-import os
-import signal
 import sys
 import time
-from collections import deque
 from collections.abc import Iterable
 
 from asyncrl.config import Config, ConfigError
-from asyncrl.diagnostics.aggregate import PolicyTotals, Totals
+from asyncrl.diagnostics.aggregate import PolicyTotals
 from asyncrl.diagnostics.metrics import MetricsWriter
 from asyncrl.diagnostics.monitor import RunMonitor
-from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.diagnostics.wandb_logger import open_sinks
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.registry import state_layout
 from asyncrl.population.pbt import PopulationTrainer
 from asyncrl.runtime.distributed.rank import DataParallel
-from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
+from asyncrl.runtime.plumbing.callbacks import Callback
 from asyncrl.runtime.plumbing.channels import Empty
-from asyncrl.runtime.plumbing.eval_schedule import FINAL_EVAL_REASONS, FINAL_TIMEOUT_S, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.plumbing.eval_schedule import FINAL_TIMEOUT_S
 from asyncrl.runtime.plumbing.liveness import write_training_info
 from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
 from asyncrl.runtime.recovery.starvation import StarvationWatch, stale
-from asyncrl.runtime.recovery.supervisor import (
-    RunError,
-    Supervisor,
-    clean_checkpoint_temps,
-    clean_stale_shm,
-)
-from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS, ignore_group_signals, mark_parent
-from asyncrl.runtime.store.run_meta import write_meta
+from asyncrl.runtime.recovery.supervisor import RunError, Supervisor
+from asyncrl.runtime.roles.process import ignore_group_signals, mark_parent
+from asyncrl.runtime.stages.runbook import RunBook, final_checkpoint_line, restore_totals, run_state
+from asyncrl.runtime.store.run_dir import prepare_run_dir
 from asyncrl.system import available_memory
 
 SHUTDOWN_TIMEOUT_S = 8.0
@@ -77,8 +70,7 @@ def _import_torch_once() -> None:
     import torch  # noqa: F401
 
 
-__all__ = ["RunError", "Runner", "check_memory", "final_checkpoint_line", "interval_record",
-           "join_while_beating", "mean_last", "prepare_run_dir", "restore_totals", "run_state"]
+__all__ = ["RunError", "Runner", "check_memory", "join_while_beating", "prepare_run_dir"]
 
 
 def check_memory(cfg: Config, spec: EnvSpec) -> None:
@@ -89,114 +81,41 @@ def check_memory(cfg: Config, spec: EnvSpec) -> None:
                           f"GiB of RAM is free; lower --workers, --envs-per-worker, --rollout or --batch-size")
 
 
-def prepare_run_dir(cfg: Config, spec: EnvSpec, out=print) -> None:
-    """Before a run starts (the forked engine's or the serial loop's), once the preflight (`asyncrl.preflight`)
-    passed: create the run directory, clear what a killed run left, and write config.json (and on a fresh start
-    checkpoints/meta.json). ConfigError (one line) when the directory cannot be created."""
-    try:
-        os.makedirs(cfg.run_dir, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot write to train dir {cfg.run_dir} ({exc.strerror}); "
-                          f"choose another with --train-dir") from None
-    stale = clean_stale_shm()
-    if stale:
-        out(f"asyncrl: removed {len(stale)} file(s) a killed run left in /dev/shm")
-    clean_checkpoint_temps(cfg.run_dir)  # a save interrupted by a kill
-    with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-        f.write(cfg.to_json())
-    if not cfg.resume:
-        write_meta(cfg, spec)
-
-
-def interval_record(totals: Totals, spec: EnvSpec, elapsed: float, dt: float, steps: int) -> dict:
-    """A metrics record's run totals, rates over the interval (`steps` env steps in `dt` s), the learner's stats,
-    the env's episode metrics and the stage shares (the forked engine's and the serial loop's records)."""
-    t, fs = totals, spec.frameskip
-    record: dict = {
-        "time": round(elapsed, 3),
-        "frames": t.env_steps * fs,
-        "env_steps": t.env_steps,
-        "fps": steps * fs / dt,
-        "sps": steps / dt,
-        "episodes": t.episodes,
-        "episodes_truncated": t.episodes_truncated,
-        "truncations_unbootstrapped": t.truncations_unbootstrapped,
-        "episode_return_mean": mean_last(t.returns),
-        "episode_return_mean_20": mean_last(t.returns, 20),
-        "episode_len_mean": mean_last(t.lengths),
-        "policy_version": t.policy_version,
-        "dropped_stale": t.dropped_stale,
-        "learner_updates": len(t.learner),
-    }
-    record.update(t.learner_record())
-    record.update(t.policy_records())
-    record.update(t.info_record())
-    record.update(t.stage_fractions())
-    return record
-
-
-def run_state(totals: Totals, elapsed: float, counters: dict[str, int]) -> dict:
-    """The counters a checkpoint keeps (`run`), so a resumed run's metrics continue, its time included."""
-    t = totals
-    return {"elapsed": elapsed, "episodes": t.episodes, "dropped_stale": t.dropped_stale,
-            "episodes_truncated": t.episodes_truncated,
-            "returns": list(t.returns), "lengths": list(t.lengths), **counters}
-
-
-def restore_totals(totals: Totals, run: dict) -> None:
-    """Continue a checkpoint's episode counters and rolling episode means (`run_state`) in `totals`."""
-    totals.episodes += int(run.get("episodes", 0))
-    totals.episodes_truncated += int(run.get("episodes_truncated", 0))
-    totals.dropped_stale += int(run.get("dropped_stale", 0))
-    totals.returns.extend(run.get("returns", []))  # the rolling episode means continue too
-    totals.lengths.extend(run.get("lengths", []))
-
-
-def final_checkpoint_line(saved: dict, after: str = "") -> str:
-    """The last line of a run that ended well: its final checkpoint (a "saved" report: path, version, env_steps)."""
-    return (f"asyncrl: final checkpoint {os.path.basename(saved['path'])} (policy version {saved['version']}, "
-            f"{saved['env_steps']:,} env steps){after}")
-
-
 class Runner:
+    """The forked engine's transport: the stages in their processes, their reports into the run book."""
+
     def __init__(self, cfg: Config, out=print, callbacks: Iterable[Callback] = (),
                  ranks: DataParallel | None = None, spec: EnvSpec | None = None):
         """`spec`: the env's, as the preflight made it (`asyncrl.preflight.Prepared.spec`); made here if None."""
         self.cfg = cfg
         self.ranks = ranks  # under torchrun: this rank's place and state (asyncrl.runtime.distributed)
         self.out = out
-        self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called here, in the caller's process
-        self.shutting_down = False
-        self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
         self.spec = spec if spec is not None else make_env_spec(cfg)
-        self.stop_reason: str | None = None
-        self.t_signal: float | None = None  # time.monotonic() of the first stop signal
+        self.book = RunBook(cfg, self.spec, out, callbacks, RunMonitor(cfg, self.spec, out))
+        self.totals = self.book.totals
         self.saved_before_stop: dict | None = None  # the learner's last "saved" report when a RunError struck
-        self.totals = Totals()
         self.procs: dict[str, mp.Process] = {}
         self._spawn_args: dict[str, tuple] = {}
-        self.metrics_records = 0
-        self.last_report, self.interval_steps = time.monotonic(), 0  # when and at what count the last record was
-        self.last_printed = 0.0  # when the last progress line was printed
-        self.monitor = RunMonitor(cfg, self.spec, out)
-        self.progress = ProgressLine(cfg.frames, cfg.seconds)
-        self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
         self.pbt: PopulationTrainer | None = None  # --pbt: the population's exploit/explore schedule
         self.policy_settings: list[dict[str, float]] = []  # --num-policies > 1: each policy's current settings
 
+    @property
+    def stop_reason(self) -> str | None:
+        return self.book.stop_reason
+
     # ----- lifecycle -----
     def run(self) -> int:
-        cfg, spec = self.cfg, self.spec
+        cfg, spec, book = self.cfg, self.spec, self.book
         prepare_run_dir(cfg, spec, self.out)
         self.wiring = build_wiring(cfg, spec, self.ranks)
         self.traj, self.weights, self.channels = self.wiring.traj, self.wiring.weights, self.wiring.channels
         ranks = self.ranks
         hint = ranks.checkpoint_hint if ranks is not None and ranks.follower else None  # rank 0's checkpoints
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out, checkpoint_hint=hint)
-        self.metrics = (ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
+        book.metrics = (ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
                         else MetricsWriter(cfg.run_dir, open_sinks(cfg)))
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in GROUP_STOP_SIGNALS}  # SIGHUP as SIGTERM
-        self.t_start = self.t_launch = time.time()
+        attached = book.attach()  # SIGHUP as SIGTERM; other threads' errors as one line
+        book.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
         run_error: RunError | None = None
         try:
@@ -213,44 +132,34 @@ class Runner:
             write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
         finally:
             self._shutdown()
-            self.evaluation.discard_staged()  # an evaluator stopped or killed part-way staged files for nothing
+            book.evaluation.discard_staged()  # an evaluator stopped or killed part-way staged files for nothing
             self.supervisor.stop_repair()
-            if run_error is None and self.late_callback_error is not None:
-                run_error, code = self.late_callback_error, 1
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            try:
-                self.metrics.close()
-            except OSError:
-                pass
+            if run_error is None and book.late_callback_error is not None:
+                run_error, code = book.late_callback_error, 1
+            book.detach(attached)
+            with contextlib.suppress(OSError):
+                book.metrics.close()
             self.wiring.close()
-        if run_error is not None:  # reported after the shutdown, in which the learner saves a final checkpoint
+        return self._exit(code, run_error, write_error)
+
+    def _exit(self, code: int, run_error: RunError | None, write_error: str) -> int:
+        """Say how the run ended, after the shutdown (in which the learner saves a final checkpoint)."""
+        supervisor = self.supervisor
+        if run_error is not None:
             code = run_error.exit_code
-            final = self.supervisor.last_saved
+            final = supervisor.last_saved
             final = final if final is not self.saved_before_stop else None
-            hint = f" {self.supervisor.checkpoint_hint(final)}" if run_error.hint else ""
+            hint = f" {supervisor.checkpoint_hint(final)}" if run_error.hint else ""
             self.out(f"asyncrl: error: {run_error}{hint}", file=sys.stderr)
-        if write_error:  # reported after the shutdown, which may still have saved a checkpoint
-            self.out(f"asyncrl: error: {write_error} {self.supervisor.checkpoint_hint()}", file=sys.stderr)
-        elif code == 0 and self.supervisor.save_failed:
-            self.out(f"asyncrl: error: the final checkpoint was not saved ({self.supervisor.save_failed}). "
-                     f"{self.supervisor.checkpoint_hint()}", file=sys.stderr)
+        if write_error:
+            self.out(f"asyncrl: error: {write_error} {supervisor.checkpoint_hint()}", file=sys.stderr)
+        elif code == 0 and supervisor.save_failed:
+            self.out(f"asyncrl: error: the final checkpoint was not saved ({supervisor.save_failed}). "
+                     f"{supervisor.checkpoint_hint()}", file=sys.stderr)
             code = 1
-        if code == 0:
-            self._say_final_checkpoint()
+        if code == 0 and supervisor.last_saved:
+            self.out(final_checkpoint_line(supervisor.last_saved, self.book.after_line()), flush=True)
         return code
-
-    def _say_final_checkpoint(self) -> None:
-        saved = self.supervisor.last_saved
-        after = "" if self.t_signal is None else (
-            f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
-        if saved:
-            self.out(final_checkpoint_line(saved, after), flush=True)
-
-    def _on_signal(self, signum, _frame) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = signal.Signals(signum).name
-            self.t_signal = time.monotonic()
 
     def _spawn(self, name: str, module: str, function: str, *args) -> None:
         ctx = mp.get_context("fork")
@@ -271,12 +180,7 @@ class Runner:
 
     def _run_state(self) -> dict:
         """Counters a checkpoint keeps, so a resumed run's metrics continue (time included)."""
-        return run_state(self.totals, time.time() - self.t_start, self.supervisor.counters())
-
-    def _restore(self, run: dict) -> None:
-        self.t_start -= float(run.get("elapsed", 0.0))
-        restore_totals(self.totals, run)
-        self.supervisor.restore(run)
+        return run_state(self.totals, time.time() - self.book.t_start, self.supervisor.counters())
 
     def _start_processes(self) -> None:
         # Torch-free rollout workers first, then one torch import for the children that need it.
@@ -284,9 +188,9 @@ class Runner:
             if not proc.name.startswith("rollout-"):
                 _import_torch_once()
             self._spawn(proc.name, proc.module, proc.function, *proc.args)
-        if self.evaluation.enabled:  # its request block belongs to the runner's evaluation schedule
+        if self.book.evaluation.enabled:  # its request block belongs to the run book's evaluation schedule
             self._spawn("eval-0", "asyncrl.runtime.roles.evaluator", "run_evaluator",
-                        self.cfg, self.spec, self.weights[0], self.channels, self.evaluation.request)
+                        self.cfg, self.spec, self.weights[0], self.channels, self.book.evaluation.request)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
@@ -300,7 +204,10 @@ class Runner:
                 self.totals.env_steps += payload["env_steps"]
                 self.totals.policy_version = payload["version"]
                 self.totals.expect_learner_stats(payload.get("stats", ()))
-                self._restore(payload.get("run") or {})
+                run = payload.get("run") or {}
+                self.book.t_start -= float(run.get("elapsed", 0.0))
+                restore_totals(self.totals, run)
+                self.supervisor.restore(run)
                 self._start_population(payload.get("policies") or [])
                 self._publish_step_budget()
                 return
@@ -325,18 +232,16 @@ class Runner:
             return
         self.totals.policies = [PolicyTotals(self_play=self.cfg.self_play) for _ in settings]
         if self.cfg.pbt:
-            self.pbt = PopulationTrainer(self.cfg, settings, self.totals.env_steps * self.spec.frameskip,
-                                         self.channels.learner_cmds.put)
+            self.pbt = PopulationTrainer(self.cfg, settings, self.book.frames, self.channels.learner_cmds.put)
             self.policy_settings = self.pbt.settings  # what each policy trains with now, in every record
 
     def _loop(self) -> None:
-        cfg = self.cfg
+        cfg, book = self.cfg, self.book
         start_steps = self.totals.env_steps
-        last_ckpt = self.last_report = time.monotonic()
-        self.interval_steps = self.totals.env_steps
-        self.t_loop = time.monotonic()
+        last_ckpt = time.monotonic()
+        book.start_loop()
         first_frames = False
-        while self.stop_reason is None:
+        while book.stop_reason is None:
             self._drain_reports()
             if not first_frames and self.totals.env_steps > start_steps:
                 first_frames = True
@@ -344,33 +249,27 @@ class Runner:
             self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version),
                                   env_errors=(self.totals.env_steps, self.totals.env_errors))
             now = time.monotonic()
-            if now - self.last_report >= cfg.report_interval and not cfg.deterministic:
-                self._report_interval(now)
+            if book.report_due(now):
+                self._report(now)
             if now - last_ckpt >= cfg.checkpoint_interval:
                 self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
                 last_ckpt = now
-            frames = self.totals.env_steps * self.spec.frameskip
-            self.evaluation.tick(frames)
+            book.evaluation.tick(book.frames)
             if self.pbt is not None:
-                self.pbt.tick(frames, self.totals.policies)
-            if self._frames_done() and not cfg.deterministic:  # in lockstep, checked after each update
-                self.stop_reason = "frames"
-            elif cfg.seconds and now - self.t_loop >= cfg.seconds:
-                self.stop_reason = "seconds"
+                self.pbt.tick(book.frames, self.totals.policies)
+            book.check_stop(now, frames=not cfg.deterministic)  # in lockstep, --frames is checked after each update
             if self.ranks is not None:  # torchrun: the group's agreed stop
-                self.stop_reason = self.ranks.group_stop(self.stop_reason, self.totals)
-            if self.stop_reason is None:
+                book.stop_reason = self.ranks.group_stop(book.stop_reason, self.totals)
+            if book.stop_reason is None:
                 self._wait_for_reports(0.05)
         self._stop_sampling()
         self._final_evaluation()
-        # A last record for the tail of the run, so the final totals (frames, episodes) are always in
-        # metrics.jsonl; its rates cover the tail only. In lockstep every update already has its record.
+        # A last record for the tail of the run (its rates cover the tail only). Under torchrun the group's final
+        # agreement may come after this rank's last steps: its record is due too.
         self._drain_reports()
-        # Under torchrun the group's final agreement may come after this rank's last steps: its record is due too.
-        tail_steps = self.totals.env_steps > self.interval_steps or self.ranks is not None
-        if (tail_steps and not cfg.deterministic) or self.metrics_records == 0 or self.evaluation.pending:
-            self._report_interval(time.monotonic())
-        self.out(f"stopping ({self.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
+        if book.tail_due(force=self.ranks is not None):
+            self._report(time.monotonic())
+        self.out(f"stopping ({book.stop_reason}) after {self.totals.env_steps - start_steps:,} env steps")
 
     def _stops_sampling_first(self) -> bool:
         """Whether a stop ends sampling before the final record (`_stop_sampling`) and, at --frames, the learner
@@ -389,35 +288,28 @@ class Runner:
             if name.startswith("rollout-"):
                 proc.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def _frames_done(self) -> bool:
-        return bool(self.cfg.frames) and self.totals.env_steps * self.spec.frameskip >= self.cfg.frames
-
-    def _report_interval(self, now: float) -> None:
-        self._report(max(now - self.last_report, 1e-6), self.totals.env_steps - self.interval_steps)
-        self.last_report, self.interval_steps = now, self.totals.env_steps
-
     def _lockstep_update(self) -> None:
         """--deterministic: one record per update, written when its report arrives. The rollout worker reported
         the batch's steps and episodes before handing it over, and collects the next one only after this report
         was sent, so every record covers exactly the same data in every run with the same seed."""
         if self.stop_reason is not None:
             return
-        self._report_interval(time.monotonic())
-        if self._frames_done():
-            self.stop_reason = "frames"
+        self._report(time.monotonic())
+        self.book.check_stop(time.monotonic())
 
     def _final_evaluation(self) -> None:
         """--eval-every: evaluate the final weights once the samplers have stopped, so the last record has it (and
         best.pt weighs them), after a stop by --frames, --seconds or a callback; not after a signal."""
-        reason = self.stop_reason
-        if not self.evaluation.enabled or reason not in FINAL_EVAL_REASONS:
+        book = self.book
+        reason = book.stop_reason
+        if not book.final_evaluation_due():
             return
         self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
         self._restart_evaluator(nice=0)
-        self.evaluation.request_final(self.totals.env_steps * self.spec.frameskip)
+        book.evaluation.request_final(book.frames)
         self.out("final evaluation...", flush=True)
         deadline = time.monotonic() + FINAL_TIMEOUT_S
-        while (not self.evaluation.final_done and self.stop_reason == reason and time.monotonic() < deadline
+        while (not book.evaluation.final_done and book.stop_reason == reason and time.monotonic() < deadline
                and self.procs["eval-0"].is_alive()):
             self._drain_reports()
             time.sleep(0.05)
@@ -436,7 +328,7 @@ class Runner:
         self._spawn("eval-0", module, function, *args[:5], nice)
 
     def _shutdown(self) -> None:
-        self.shutting_down = True
+        self.book.shutting_down = True
         ch = self.channels
         ch.request_stop()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
@@ -485,10 +377,10 @@ class Runner:
                     self._handle(kind, payload)
 
     def _handle(self, kind: str, payload: dict) -> None:
-        t = self.totals
+        t, book = self.totals, self.book
         if kind == "rollout":
             t.add_rollout(payload)
-            self.monitor.sample_queues(self.channels)
+            book.monitor.sample_queues(self.channels)
         elif kind == "policy":
             t.add_policy(payload)
         elif kind == "learner":
@@ -496,67 +388,25 @@ class Runner:
             if self.cfg.deterministic:
                 self._lockstep_update()
         elif kind == "fatal":
-            record = self.monitor.fatal_record(payload, t.env_steps * self.spec.frameskip, t.env_steps,
-                                               time.time() - self.t_start)
-            self.metrics.write(record, step=record["frames"])
+            book.fatal(payload)
             raise RunError(payload["message"], hint=payload.get("hint", True), exit_code=payload.get("exit_code", 1))
         elif kind in ("warning", "info"):
             self.out(f"asyncrl: {payload['message']}")
         elif kind == "eval":
-            if self.evaluation.pending:  # an earlier evaluation not yet in a record: its own record first
-                self._report_interval(time.monotonic())
-            self.evaluation.receive(payload)
-            self._notify("eval", {k: payload[k] for k in RESULT_KEYS if k in payload})
+            if book.evaluation.pending:  # an earlier evaluation not yet in a record: its own record first
+                self._report(time.monotonic())
+            book.receive_eval(payload)
         elif kind in ("env_error", "saved", "save_failed"):
             self.supervisor.handle(kind, payload)
             if kind == "saved":
-                self._notify("checkpoint", {k: payload[k] for k in ("path", "version", "env_steps")})
+                book.notify("checkpoint", {k: payload[k] for k in ("path", "version", "env_steps")})
 
-    def _notify(self, event: str, record: dict) -> None:
-        """Pass an event to the user's callbacks; one returning False stops the run as a signal would."""
-        if not self.callbacks:
-            return
-        try:
-            go_on = self.callbacks(event, record)
-        except RunError as exc:
-            if not self.shutting_down:
-                raise
-            self.late_callback_error = self.late_callback_error or exc
-            return
-        if not go_on and self.stop_reason is None:
-            self.stop_reason = "callback"
-
-    def _report(self, dt: float, steps: int) -> None:
-        t = self.totals
-        record = interval_record(t, self.spec, time.time() - self.t_start, dt, steps)
-        if len(self.policy_settings) > 1:
-            for p, settings in enumerate(self.policy_settings):
-                record.update({f"policy_{p}/{k}": v for k, v in settings.items()})
-        record.update(self.supervisor.counters())
-        record.update(self.monitor.observe(record, t.learner, self.procs, self.channels))
-        write_training_info(self.channels.live, record["frames"], t.env_steps, t.policy_version,
-                            record["episode_return_mean"])  # for curriculum envs (set_training_info)
-        t.learner = []
-        record.update(self.evaluation.pop_results())
-        self.metrics.write(record, step=record["frames"])
-        self._notify("metrics", record)
-        for video in self.evaluation.pop_videos():
-            self.metrics.write_video("eval_video", video["gif"], video["video"], step=record["frames"])
-        self.metrics_records += 1
-        now = time.monotonic()
-        quiet = now - self.last_printed < self.cfg.report_interval and not self._frames_done()
-        if self.cfg.deterministic and quiet:  # a record per update; a progress line per report interval
-            self.monitor.flush(verdict=False)
-            return
-        self.last_printed = now
-        if self.ranks is None or not self.ranks.follower:  # rank 0's line counts the group; a follower's warns only
-            self.out(self.progress.line(record, now - self.t_loop), flush=True)
-        self.monitor.flush()
-
-
-def mean_last(values: deque, n: int | None = None) -> float | None:
-    """Mean of the newest `n` values (all kept when None; fewer while fewer exist); None when empty."""
-    if not values:
-        return None
-    last = list(values)[-n:] if n else values
-    return sum(last) / len(last)
+    def _report(self, now: float) -> None:
+        extra = {f"policy_{p}/{k}": v for p, settings in enumerate(self.policy_settings) for k, v in settings.items()
+                 } if len(self.policy_settings) > 1 else {}
+        book, live = self.book, self.channels.live
+        book.report(now, self.supervisor.counters(),
+                    lambda record: book.monitor.observe(record, self.totals.learner, self.procs, self.channels),
+                    lambda info: write_training_info(live, info["frames"], info["env_steps"], info["policy_version"],
+                                                     info["episode_return_mean"]),  # for curriculum envs
+                    extra=extra, show=self.ranks is None or not self.ranks.follower)  # a follower's warns only
