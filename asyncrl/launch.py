@@ -57,7 +57,7 @@ def run(settings: Config | Resolution, out: Callable[..., None] = print,
     processes = ("in this one process (--serial)" if cfg.serial else f"{cfg.policy_workers} policy worker(s)")
     out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
         f"{processes}, batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
-    return engine.run(), engine.stop_reason, cfg
+    return engine.run(), engine.book.stop_reason, cfg
 
 
 def scaling_lines(cfg: Config) -> list[str]:

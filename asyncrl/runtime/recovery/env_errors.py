@@ -30,6 +30,10 @@ class InProcessEnvErrors:
             self.out(f"asyncrl: split {split}: env raised {message} in {where}; {action} ({self.count} env errors; "
                      f"the run stops above --max-env-error-rate {self.cfg.max_env_error_rate:g})", flush=True)
 
+    def counters(self) -> dict[str, int]:
+        """The run's restart and error counters, as the forked engine's supervisor keeps them (none restart)."""
+        return {"worker_restarts": 0, "policy_restarts": 0, "env_errors": self.count}
+
     def check(self, env_steps: int, now: float) -> None:
         """RunError once the errors of the last window are above --max-env-error-rate."""
         if now - self.checked >= CHECK_EVERY_S:

@@ -39,7 +39,7 @@ class RolloutWorker:
         self.transit = channels.live["transit"]
         self.stepped, self.budget = channels.live["stepped"], channels.live["step_budget"]
         self.budget_told = False  # reported at once when the session's steps reached the --frames budget
-        self.curricula = [split for split, env in enumerate(self.envs) if env.wants_training_info]
+        self.curricula = any(env.wants_training_info for env in self.envs)
         self.info_seen = 0.0
         self.policies = PolicyMap(cfg, worker, self.envs[0].spec.num_agents) if cfg.acting_policies > 1 else None
         if self.policies is not None:
@@ -155,8 +155,7 @@ class RolloutWorker:
         if self.curricula:
             self.info_seen, info = read_training_info(self.channels.live, self.info_seen)
             if info is not None:
-                for split in self.curricula:
-                    self.envs[split].set_training_info(info)
+                self.stage.tell_curricula(info)
 
 
 def run_rollout_worker(worker: int, cfg: Config, traj: SharedArrays, channels: Channels) -> None:

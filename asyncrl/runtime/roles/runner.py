@@ -9,11 +9,9 @@ forks stay safe (`launch.check_can_fork`).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 import multiprocessing as mp
-import sys
 import time
 from collections.abc import Iterable
 
@@ -29,14 +27,14 @@ from asyncrl.population.pbt import PopulationTrainer
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.callbacks import Callback
 from asyncrl.runtime.plumbing.channels import Empty
-from asyncrl.runtime.plumbing.eval_schedule import FINAL_TIMEOUT_S
+from asyncrl.runtime.plumbing.eval_schedule import FINAL_EVAL_REASONS, FINAL_TIMEOUT_S
 from asyncrl.runtime.plumbing.liveness import write_training_info
 from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
 from asyncrl.runtime.recovery.starvation import StarvationWatch, stale
 from asyncrl.runtime.recovery.supervisor import RunError, Supervisor
 from asyncrl.runtime.roles.process import ignore_group_signals, mark_parent
-from asyncrl.runtime.stages.runbook import RunBook, final_checkpoint_line, restore_totals, run_state
+from asyncrl.runtime.stages.runbook import RunBook, restore_totals, run_state
 from asyncrl.runtime.store.run_dir import prepare_run_dir
 from asyncrl.system import available_memory
 
@@ -99,10 +97,6 @@ class Runner:
         self.pbt: PopulationTrainer | None = None  # --pbt: the population's exploit/explore schedule
         self.policy_settings: list[dict[str, float]] = []  # --num-policies > 1: each policy's current settings
 
-    @property
-    def stop_reason(self) -> str | None:
-        return self.book.stop_reason
-
     # ----- lifecycle -----
     def run(self) -> int:
         cfg, spec, book = self.cfg, self.spec, self.book
@@ -112,9 +106,8 @@ class Runner:
         ranks = self.ranks
         hint = ranks.checkpoint_hint if ranks is not None and ranks.follower else None  # rank 0's checkpoints
         self.supervisor = Supervisor(cfg, self.channels, self.procs, self._respawn, self.out, checkpoint_hint=hint)
-        book.metrics = (ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
-                        else MetricsWriter(cfg.run_dir, open_sinks(cfg)))
-        attached = book.attach()  # SIGHUP as SIGTERM; other threads' errors as one line
+        book.open(ranks.metrics_writer(cfg.run_dir, lambda: open_sinks(cfg)) if ranks is not None  # torchrun
+                  else MetricsWriter(cfg.run_dir, open_sinks(cfg)))  # SIGHUP as SIGTERM, threads' errors in one line
         book.t_start = self.t_launch = time.time()
         code, write_error = 1, ""
         run_error: RunError | None = None
@@ -129,16 +122,13 @@ class Runner:
             run_error = exc
             self.saved_before_stop = self.supervisor.last_saved
         except OSError as exc:  # the train dir filled up or went away under metrics.jsonl
-            write_error = f"cannot write to {cfg.run_dir} ({exc.strerror or exc}); stopped."
+            write_error = book.ending(exc)[1]
         finally:
             self._shutdown()
-            book.evaluation.discard_staged()  # an evaluator stopped or killed part-way staged files for nothing
             self.supervisor.stop_repair()
             if run_error is None and book.late_callback_error is not None:
                 run_error, code = book.late_callback_error, 1
-            book.detach(attached)
-            with contextlib.suppress(OSError):
-                book.metrics.close()
+            book.close()
             self.wiring.close()
         return self._exit(code, run_error, write_error)
 
@@ -146,20 +136,12 @@ class Runner:
         """Say how the run ended, after the shutdown (in which the learner saves a final checkpoint)."""
         supervisor = self.supervisor
         if run_error is not None:
-            code = run_error.exit_code
             final = supervisor.last_saved
             final = final if final is not self.saved_before_stop else None
-            hint = f" {supervisor.checkpoint_hint(final)}" if run_error.hint else ""
-            self.out(f"asyncrl: error: {run_error}{hint}", file=sys.stderr)
-        if write_error:
-            self.out(f"asyncrl: error: {write_error} {supervisor.checkpoint_hint()}", file=sys.stderr)
-        elif code == 0 and supervisor.save_failed:
-            self.out(f"asyncrl: error: the final checkpoint was not saved ({supervisor.save_failed}). "
-                     f"{supervisor.checkpoint_hint()}", file=sys.stderr)
-            code = 1
-        if code == 0 and supervisor.last_saved:
-            self.out(final_checkpoint_line(supervisor.last_saved, self.book.after_line()), flush=True)
-        return code
+            hint = supervisor.checkpoint_hint(final) if run_error.hint else ""
+            return self.book.conclude(run_error.exit_code, str(run_error), hint, None, None)
+        save_failed = supervisor.save_failed if code == 0 else None
+        return self.book.conclude(code, write_error, supervisor.checkpoint_hint(), save_failed, supervisor.last_saved)
 
     def _spawn(self, name: str, module: str, function: str, *args) -> None:
         ctx = mp.get_context("fork")
@@ -194,7 +176,7 @@ class Runner:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and self.stop_reason is None:
+        while time.monotonic() < deadline and self.book.stop_reason is None:
             self.supervisor.check()  # restarts dead workers; RunError if the run cannot go on
             try:
                 kind, _, _, payload = self.channels.reports.get(timeout=0.1)
@@ -212,7 +194,7 @@ class Runner:
                 self._publish_step_budget()
                 return
             self._handle(kind, payload)
-        if self.stop_reason is None:
+        if self.book.stop_reason is None:
             raise RunError("the learner did not start within 300 s")
 
     def _publish_step_budget(self) -> None:
@@ -238,7 +220,6 @@ class Runner:
     def _loop(self) -> None:
         cfg, book = self.cfg, self.book
         start_steps = self.totals.env_steps
-        last_ckpt = time.monotonic()
         book.start_loop()
         first_frames = False
         while book.stop_reason is None:
@@ -251,9 +232,8 @@ class Runner:
             now = time.monotonic()
             if book.report_due(now):
                 self._report(now)
-            if now - last_ckpt >= cfg.checkpoint_interval:
+            if book.checkpoint_due(now):
                 self.channels.learner_cmds.put(("save", self.totals.env_steps, self._run_state()))
-                last_ckpt = now
             book.evaluation.tick(book.frames)
             if self.pbt is not None:
                 self.pbt.tick(book.frames, self.totals.policies)
@@ -292,7 +272,7 @@ class Runner:
         """--deterministic: one record per update, written when its report arrives. The rollout worker reported
         the batch's steps and episodes before handing it over, and collects the next one only after this report
         was sent, so every record covers exactly the same data in every run with the same seed."""
-        if self.stop_reason is not None:
+        if self.book.stop_reason is not None:
             return
         self._report(time.monotonic())
         self.book.check_stop(time.monotonic())
@@ -302,12 +282,11 @@ class Runner:
         best.pt weighs them), after a stop by --frames, --seconds or a callback; not after a signal."""
         book = self.book
         reason = book.stop_reason
-        if not book.final_evaluation_due():
+        if not book.evaluation.enabled or book.stop_reason not in FINAL_EVAL_REASONS:
             return
         self.channels.request_stop()  # rollout and policy workers leave; the learner waits for its stop command
         self._restart_evaluator(nice=0)
-        book.evaluation.request_final(book.frames)
-        self.out("final evaluation...", flush=True)
+        book.request_final_evaluation()
         deadline = time.monotonic() + FINAL_TIMEOUT_S
         while (not book.evaluation.final_done and book.stop_reason == reason and time.monotonic() < deadline
                and self.procs["eval-0"].is_alive()):
@@ -334,7 +313,7 @@ class Runner:
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         # At a --frames stop the learner first trains on the whole batches already collected (the rollout workers
         # have left: `_stop_sampling`).
-        drain = self.stop_reason == "frames" and self._stops_sampling_first()
+        drain = self.book.stop_reason == "frames" and self._stops_sampling_first()
         learner = self.procs.get("learner")
         if learner is not None and learner.is_alive():
             ch.learner_cmds.put(("stop", self.totals.env_steps, self._run_state(), drain))

@@ -116,6 +116,12 @@ class RolloutStage:
             raise StageFatal(f"env {cfg.env} could not be created: {type(exc).__name__}: {exc}") from None
         return self.envs
 
+    def tell_curricula(self, info: dict) -> None:
+        """The run's progress (frames, env steps, policy version, mean return) for envs that want it."""
+        for env in self.envs:
+            if env.wants_training_info:  # curriculum envs
+                env.set_training_info(info)
+
     def close(self) -> None:
         for env in self.envs:
             env.close()

@@ -8,8 +8,10 @@ callbacks; it knows nothing of processes. Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -23,9 +25,10 @@ from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.diagnostics.thread_errors import route_to
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
-from asyncrl.runtime.plumbing.eval_schedule import FINAL_EVAL_REASONS, RESULT_KEYS, EvalSchedule
+from asyncrl.runtime.plumbing.eval_schedule import DUE, FINAL_EVAL_REASONS, RESULT_KEYS, EvalSchedule
 from asyncrl.runtime.recovery.supervisor import RunError
 from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS
+from asyncrl.runtime.stages.rollout import StageFatal
 
 
 def mean_last(values: deque, n: int | None = None) -> float | None:
@@ -103,9 +106,23 @@ class RunBook:
         self.late_callback_error: RunError | None = None  # raised by a callback while the run shut down
         self.metrics_records = 0
         self.t_start = time.time()  # wall time the run's elapsed time counts from (earlier on a resume)
-        self.t_loop = self.last_report = time.monotonic()
+        self.t_loop = self.last_report = self.last_checkpoint = time.monotonic()
         self.last_printed = 0.0
         self.interval_steps = 0  # the env steps at the last record
+
+    # ----- the run's lifetime -----
+    def open(self, metrics: MetricsWriter) -> None:
+        """The run starts writing `metrics`; signals and other threads' errors are the run's (`attach`)."""
+        self.metrics = metrics
+        self.attached = self.attach()
+
+    def close(self) -> None:
+        """After the shutdown: staged evaluation files of an evaluation stopped part-way go, the handlers that were
+        there before come back, and the metrics sinks close."""
+        self.evaluation.discard_staged()
+        self.detach(self.attached)
+        with contextlib.suppress(OSError):
+            self.metrics.close()
 
     # ----- signals and stops -----
     def attach(self) -> tuple[dict, Callable[[], None]]:
@@ -136,7 +153,7 @@ class RunBook:
         return bool(self.cfg.frames) and self.frames >= self.cfg.frames
 
     def start_loop(self) -> None:
-        self.t_loop = self.last_report = time.monotonic()
+        self.t_loop = self.last_report = self.last_checkpoint = time.monotonic()
         self.interval_steps = self.totals.env_steps
 
     def check_stop(self, now: float, frames: bool = True) -> None:
@@ -148,9 +165,28 @@ class RunBook:
         elif self.cfg.seconds and now - self.t_loop >= self.cfg.seconds:
             self.stop_reason = "seconds"
 
-    def final_evaluation_due(self) -> bool:
-        """--eval-every: the final weights are evaluated after a stop by --frames, --seconds or a callback."""
-        return self.evaluation.enabled and self.stop_reason in FINAL_EVAL_REASONS
+    def request_final_evaluation(self) -> int | None:
+        """--eval-every: after a stop by --frames, --seconds or a callback the final weights are evaluated; the
+        frames it is due at, or None."""
+        if not self.evaluation.enabled or self.stop_reason not in FINAL_EVAL_REASONS:
+            return None
+        self.evaluation.request_final(self.frames)
+        self.out("final evaluation...", flush=True)
+        return self.frames
+
+    def evaluation_due(self, done: int) -> int | None:
+        """--eval-every: the frames of an evaluation due since the one at `done` frames (an in-process evaluator)."""
+        if not self.evaluation.enabled:
+            return None
+        due = int(self.evaluation.request["due"][DUE])
+        return due if due > done else None
+
+    def checkpoint_due(self, now: float) -> bool:
+        """A periodic checkpoint every --checkpoint-interval seconds of the loop."""
+        if now - self.last_checkpoint < self.cfg.checkpoint_interval:
+            return False
+        self.last_checkpoint = now
+        return True
 
     def report_due(self, now: float) -> bool:
         return now - self.last_report >= self.cfg.report_interval and not self.cfg.deterministic
@@ -161,9 +197,32 @@ class RunBook:
         tail = (self.totals.env_steps > self.interval_steps or force) and not self.cfg.deterministic
         return tail or self.metrics_records == 0 or self.evaluation.pending
 
-    def after_line(self) -> str:
-        return "" if self.t_signal is None else (
-            f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
+    def ending(self, exc: Exception) -> tuple[int, str, bool]:
+        """(exit code, one-line error, whether a checkpoint hint follows) of an exception that ended the run: a
+        RunError, a stage's `StageFatal` (recorded as the run's last record) or an OSError of the run directory."""
+        if isinstance(exc, StageFatal):
+            self.fatal({"message": str(exc), "code": "env_broken"})
+            return exc.exit_code, f"{exc}; stopping.", True
+        if isinstance(exc, RunError):
+            return exc.exit_code, str(exc), exc.hint
+        reason = getattr(exc, "strerror", None) or exc  # the train dir filled up or went away under metrics.jsonl
+        return 1, f"cannot write to {self.cfg.run_dir} ({reason}); stopped.", True
+
+    def conclude(self, code: int, error: str, hint: str, save_failed: str | None, saved: dict | None) -> int:
+        """Say how the run ended, once it has shut down: its error (`hint`: which checkpoint remains), a final
+        checkpoint that could not be saved, or the final checkpoint (`saved`); the exit code."""
+        late = self.late_callback_error
+        if not error and late is not None:
+            code, error, hint = 1, str(late), hint if late.hint else ""
+        if error or save_failed:
+            error = error or f"the final checkpoint was not saved ({save_failed})."
+            self.out(f"asyncrl: error: {error}{' ' + hint if hint else ''}", file=sys.stderr)
+            return code or 1
+        if saved:
+            after = "" if self.t_signal is None else (
+                f"; stopped {time.monotonic() - self.t_signal:.1f} s after {self.stop_reason}")
+            self.out(final_checkpoint_line(saved, after), flush=True)
+        return code
 
     # ----- callbacks -----
     def notify(self, event: str, record: dict) -> None:
