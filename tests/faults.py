@@ -1,11 +1,16 @@
-"""Planted faults for tests/test_reliability.py.
+"""Planted faults: envs that fail in set ways, and `asyncrl-train` with a fault planted in the learner.
 
 Envs, loaded by name (`--env tests.faults:<callable>`, with the repository root on PYTHONPATH):
-- `make_flaky_env`: CartPole whose every instance raises once, at its `FLAKY_AT`-th step.
+- `make_flaky_env`: CartPole whose every instance raises once, at its `FLAKY_AT`-th step (test_reliability.py).
 - `make_broken_env`: CartPole that raises in every `reset`.
 - `make_hang_once_env`: CartPole; the first instance (in the whole run) to reach `HANG_AT` steps sleeps forever.
   "First" is decided by creating a marker file in `$ASYNCRL_FAULT_DIR`, so a restarted worker does not hang.
 - `make_huge_obs_env`: observations bigger than this machine's free RAM (the space only claims the shape).
+- `make_flaky_cartpole`: CartPole whose every instance raises at every `RAISE_EVERY`-th step, the step lost as when
+  a simulator crashes; `make_crashing_cartpole` raises at every step (test_env_recovery.py).
+- `make_slow_cartpole`: CartPole whose every step sleeps `STEP_SLEEP_S`, an environment-bound run
+  (test_diagnostics_e2e.py, test_eval.py).
+- `make_nan_reward_cartpole`: CartPole whose rewards turn NaN `NAN_AFTER_S` seconds after an instance's first step.
 
 Learner faults: `python -m tests.faults ARGS` runs `asyncrl-train ARGS` with `$ASYNCRL_FAULT` planted:
 - `learner_raise`: the learner's `train` raises after `LEARNER_FAULT_AFTER` updates.
@@ -31,6 +36,9 @@ import psutil
 FLAKY_AT = 300
 HANG_AT = 200
 LEARNER_FAULT_AFTER = 20
+RAISE_EVERY = 500  # steps per env instance between two errors of make_flaky_cartpole
+STEP_SLEEP_S = 0.002  # a slow simulator: ~2 ms per step, far above the framework's per-step cost
+NAN_AFTER_S = 5.0  # seconds after an env's first step at which its rewards turn NaN
 
 
 class FaultAtStep(gym.Wrapper):
@@ -93,6 +101,44 @@ class HugeObsEnv(gym.Env):
         self.observation_space = space
 
 
+class RaiseEvery(gym.Wrapper):
+    """Raises at every `every`-th step of this instance (the step is lost, as when a simulator crashes)."""
+
+    def __init__(self, env: gym.Env, every: int) -> None:
+        super().__init__(env)
+        self.every, self.steps = every, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps % self.every == 0:
+            raise RuntimeError(f"simulator crashed at step {self.steps}")
+        return self.env.step(action)
+
+
+class SlowStep(gym.Wrapper):
+    """Sleeps before every step, so stepping the env dominates the rollout workers' time."""
+
+    def step(self, action):
+        time.sleep(STEP_SLEEP_S)
+        return self.env.step(action)
+
+
+class NanRewardAfter(gym.Wrapper):
+    """Normal rewards for the first `NAN_AFTER_S` seconds of stepping, NaN ever after."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.t_first: float | None = None
+
+    def step(self, action):
+        now = time.monotonic()
+        self.t_first = now if self.t_first is None else self.t_first
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if now - self.t_first >= NAN_AFTER_S:
+            reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
 def make_flaky_env() -> gym.Env:
     return RaiseOnce(gym.make("CartPole-v1"))
 
@@ -108,6 +154,22 @@ def make_hang_once_env() -> gym.Env:
 def make_huge_obs_env() -> gym.Env:
     return HugeObsEnv()
 
+
+
+def make_flaky_cartpole() -> gym.Env:
+    return RaiseEvery(gym.make("CartPole-v1"), RAISE_EVERY)
+
+
+def make_crashing_cartpole() -> gym.Env:
+    return RaiseEvery(gym.make("CartPole-v1"), 1)
+
+
+def make_slow_cartpole() -> gym.Env:
+    return SlowStep(gym.make("CartPole-v1"))
+
+
+def make_nan_reward_cartpole() -> gym.Env:
+    return NanRewardAfter(gym.make("CartPole-v1"))
 
 def _plant_learner_fault(kind: str) -> None:
     from asyncrl.agents.appo.learner import APPOLearner

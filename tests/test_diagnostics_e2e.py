@@ -55,7 +55,7 @@ def all_alerts(records: list[dict]) -> set[str]:
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str]:
     """A CartPole whose every step sleeps 2 ms: the textbook environment-bound run (reused below)."""
-    proc, run_dir = train(tmp_path_factory.mktemp("slow"), "faulty_envs:make_slow_cartpole")
+    proc, run_dir = train(tmp_path_factory.mktemp("slow"), "tests.faults:make_slow_cartpole")
     assert proc.returncode == 0, proc.stderr
     return proc, run_dir
 
@@ -117,7 +117,7 @@ def test_an_update_longer_than_the_stage_window_still_reads_training_bound() -> 
 
 
 def test_nan_rewards_stop_the_run_and_keep_a_good_checkpoint(tmp_path) -> None:
-    proc, run_dir = train(tmp_path, "faulty_envs:make_nan_reward_cartpole", "--checkpoint-interval", "1",
+    proc, run_dir = train(tmp_path, "tests.faults:make_nan_reward_cartpole", "--checkpoint-interval", "1",
                           seconds=40)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("asyncrl: error:")]

@@ -19,7 +19,7 @@ from asyncrl.envs.gym_env import GymVecEnv
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.store.checkpoint import list_checkpoints
 from tests.conftest import read_metrics, shm_entries, start_train
-from tests.erratic_envs import RaiseEvery
+from tests.faults import RaiseEvery
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--workers", "2", "--envs-per-worker", "8", "--report-interval", "2", "--hang-timeout", "60"]
@@ -116,7 +116,7 @@ def test_a_failed_step_is_cut_out_of_the_loss_and_the_trace() -> None:
 
 @pytest.fixture
 def importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lets the run's processes import `tests.erratic_envs`."""
+    """Lets the run's processes import `tests.faults`."""
     monkeypatch.setenv("PYTHONPATH", str(REPO))
 
 
@@ -125,7 +125,7 @@ def test_flaky_env_trains_without_stopping(tmp_path: Path, reap: list) -> None:
     """Each env instance raises once per 500 steps: 2 workers x 8 envs train 20k env steps and finish (each
     instance, and each one that replaced it, raises at its 500th step: 2 errors per env slot by 16k env steps)."""
     before_shm = shm_entries()
-    run = start_train(["--env", "tests.erratic_envs:make_flaky_cartpole", *RUN, "--frames", "20000"],
+    run = start_train(["--env", "tests.faults:make_flaky_cartpole", *RUN, "--frames", "20000"],
                       tmp_path / "train", experiment="flaky")
     reap.append(run)
     assert run.wait(timeout=300) == 0, run.stdout()[-2000:] + run.stderr()[-2000:]
@@ -142,14 +142,14 @@ def test_flaky_env_trains_without_stopping(tmp_path: Path, reap: list) -> None:
 @pytest.mark.usefixtures("importable_tests")
 def test_env_that_always_raises_stops_the_run_in_one_line_with_a_final_checkpoint(tmp_path: Path,
                                                                                    reap: list) -> None:
-    run = start_train(["--env", "tests.erratic_envs:make_crashing_cartpole", *RUN, "--frames", "1000000"],
+    run = start_train(["--env", "tests.faults:make_crashing_cartpole", *RUN, "--frames", "1000000"],
                       tmp_path / "train", experiment="crashing")
     reap.append(run)
     assert run.wait(timeout=180) == 1, run.stdout()[-2000:] + run.stderr()[-2000:]
     errors = [line for line in run.stderr().splitlines() if line.strip()]
     assert len(errors) == 1, run.stderr()
     line = errors[0]
-    assert line.startswith("asyncrl: error: env tests.erratic_envs:make_crashing_cartpole raised in"), line
+    assert line.startswith("asyncrl: error: env tests.faults:make_crashing_cartpole raised in"), line
     assert "RuntimeError: simulator crashed at step 1" in line and "--max-env-error-rate 0.01" in line
     saved = re.search(r"final checkpoint, (ckpt_\d+\.pt)", line)
     assert saved, line

@@ -25,7 +25,7 @@ from tests.conftest import TrainRun, read_metrics, run_cli, start_train, wait_fo
 # CartPole whose steps sleep 2 ms, so the cores are free for the evaluator to finish its periodic evaluations
 # (on plain CartPole the learner keeps both cores busy and only the final one completes); one report interval
 # spans the run, so several evaluations arrive within it.
-EVAL_FLAGS = ["--env", "tests.faulty_envs:make_slow_cartpole", "--frames", "4000", "--workers", "2",
+EVAL_FLAGS = ["--env", "tests.faults:make_slow_cartpole", "--frames", "4000", "--workers", "2",
               "--report-interval", "60", "--eval-every", "1000", "--eval-episodes", "2", "--eval-video"]
 
 
