@@ -9,49 +9,12 @@ its own, as a user does.
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from asyncrl.cli import train
 from tests.conftest import run_cli
-
-# Settings that would start quickly if they were valid; each test breaks exactly one thing.
-FAST = ["--env", "CartPole-v1", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16",
-        "--minibatches", "1", "--seconds", "5"]
-
-
-@dataclass
-class Result:
-    """What a command left: its exit code and its output (as `subprocess.CompletedProcess` has them)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def main_in_process(args: list[str], train_dir: Path, capsys: pytest.CaptureFixture[str]) -> Result:
-    """`asyncrl-train ARGS --train-dir TRAIN_DIR` as `main(argv)` here; argparse's exits become the exit code."""
-    capsys.readouterr()  # start from empty captures
-    try:
-        code = train.main([*args, "--train-dir", str(train_dir)])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return Result(code, out.out, out.err)
-
-
-def assert_user_error(result: subprocess.CompletedProcess[str] | Result, *fragments: str) -> str:
-    """Exit code 2 and exactly one line on stderr, with every fragment in it and no traceback."""
-    assert result.returncode == 2, f"exit code {result.returncode}; stderr:\n{result.stderr}"
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
-    assert "Traceback" not in result.stderr + result.stdout
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    return lines[0]
+from tests.train_cli import FAST, assert_user_error, main_in_process
 
 
 def test_unknown_env_names_a_close_match(tmp_path: Path) -> None:

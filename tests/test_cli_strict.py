@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cli import FAST, assert_user_error, main_in_process
+
+from tests.train_cli import FAST, assert_user_error, main_in_process
 
 
 @pytest.mark.parametrize("flags", [["--gam", "0.99"], ["--entropy", "0.0"], ["--lr-sched", "constant"],

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli import main_in_process
 
 from asyncrl.cli.train import main
 from asyncrl.config import ConfigError
 from asyncrl.resolve import config_from_flags
 from tests.conftest import run_cli
+from tests.train_cli import main_in_process
 
 
 def resolved(capsys: pytest.CaptureFixture[str], *args: str) -> dict:

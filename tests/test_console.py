@@ -15,7 +15,7 @@ from asyncrl.diagnostics.monitor import RunMonitor, verdict_changed
 from asyncrl.diagnostics.progress import ProgressLine, format_duration
 from asyncrl.diagnostics.tb_tags import tb_tag
 from asyncrl.envs.null_env import NULL_SPEC
-from tests.test_diagnostics import FakeChannels, FakeProc, fractions, run_records
+from tests.run_records import FakeChannels, FakeProc, fractions, run_records
 
 ENV_BOUND = fractions(env=0.95, infer=0.10, lwait=0.95, copy=0.01, train=0.04)
 TRAINING_BOUND = fractions(env=0.01, infer=0.30, lwait=0.02, copy=0.01, train=0.97)

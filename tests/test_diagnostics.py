@@ -21,12 +21,7 @@ from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, parse_rows
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
 from asyncrl.runtime.plumbing.schedstat import run_queue_delay_s
-
-
-def fractions(env=None, infer=None, lwait=None, copy=None, train=None) -> dict:
-    return {"rollout_env_frac": env, "rollout_wait_frac": None if env is None else 1 - env,
-            "policy_infer_frac": infer, "policy_wait_frac": None if infer is None else 1 - infer,
-            "learner_wait_frac": lwait, "learner_copy_frac": copy, "learner_train_frac": train}
+from tests.run_records import FakeChannels, FakeProc, fractions, run_records
 
 
 # ----- bottleneck verdicts -----
@@ -152,20 +147,6 @@ def test_dominant() -> None:
 
 
 # ----- health detectors -----
-def run_records(n: int, **series) -> list[dict]:
-    """n healthy records; keyword args override a key with a list (or a function of the index)."""
-    recs = []
-    for i in range(n):
-        r = {"time": 5.0 * (i + 1), "frames": 10_000 * (i + 1), "fps": 2000.0, "episode_return_mean": 10.0 + i,
-             "entropy": 0.6, "kl": 0.001, "grad_norm": 5.0, "grad_norm_max": 6.0, "value_loss": 10.0,
-             "policy_loss": 0.01, "nonfinite_updates": 0, "rss_mb_total": 800.0, "queue_full": 1.0,
-             "queue_requests": 2.0, "queue_reports": 0.0}
-        for key, values in series.items():
-            r[key] = values(i) if callable(values) else values[i] if isinstance(values, list) else values
-        recs.append(r)
-    return recs
-
-
 def codes(records: list[dict], **th) -> set[str]:
     return {a.code for a in detect(records, Thresholds(entropy_floor=entropy_floor(True, 2), **th))}
 
@@ -359,23 +340,6 @@ def test_gpu_sampler_reads_nvidia_smi(tmp_path, monkeypatch) -> None:
     assert sampler.sample() == {"gpu_util": 60.0, "gpu_mem_mb": 3072.0, "gpu_mem_total_mb": 163840.0}
     fake.write_text("#!/bin/sh\necho '[N/A], 1, 2'\n")
     assert sampler.sample() == {} and sampler.binary is None  # disabled after a failure
-
-
-class FakeQueue:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def qsize(self) -> int:
-        return self.n
-
-
-class FakeChannels:
-    def __init__(self) -> None:
-        self.requests, self.full, self.free, self.reports = FakeQueue(3), FakeQueue(1), FakeQueue(0), FakeQueue(0)
-
-
-class FakeProc:
-    pid = os.getpid()
 
 
 def test_monitor_adds_fields_and_prints_each_alert_once() -> None:

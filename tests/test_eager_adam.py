@@ -9,19 +9,7 @@ import sys
 import torch
 
 from asyncrl.agents.eager import Adam
-
-
-def _train(opt_cls: type, steps: int = 6) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    torch.manual_seed(3)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    opt = opt_cls(model.parameters(), lr=3e-3, eps=1e-6)
-    for i in range(steps):
-        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(i))
-        opt.zero_grad()
-        model(x).pow(2).mean().backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        opt.step()
-    return model, opt
+from tests.adam_steps import train_steps
 
 
 def _fused_adam(params, **kwargs) -> torch.optim.Adam:  # type: ignore[no-untyped-def]
@@ -30,23 +18,23 @@ def _fused_adam(params, **kwargs) -> torch.optim.Adam:  # type: ignore[no-untype
 
 def test_same_updates_and_state_as_torch_adam() -> None:
     """Bit for bit torch's fused Adam (ours fuses by default), and torch's per-tensor Adam to float rounding."""
-    ours, ours_opt = _train(Adam)
+    ours, ours_opt = train_steps(Adam)
     assert ours_opt.defaults["fused"]
-    ref, ref_opt = _train(_fused_adam)
+    ref, ref_opt = train_steps(_fused_adam)
     assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), ref.parameters()))
     a, b = ours_opt.state_dict(), ref_opt.state_dict()
     assert a["param_groups"] == b["param_groups"]
     for k in b["state"]:
         assert all(torch.equal(a["state"][k][name], b["state"][k][name]) for name in b["state"][k])
-    per_tensor, _ = _train(torch.optim.Adam)
+    per_tensor, _ = train_steps(torch.optim.Adam)
     for a, b in zip(ours.parameters(), per_tensor.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-    _, explicit = _train(lambda params, **kwargs: Adam(params, foreach=True, **kwargs))
+    _, explicit = train_steps(lambda params, **kwargs: Adam(params, foreach=True, **kwargs))
     assert not explicit.defaults["fused"]  # an explicit choice is kept
 
 
 def test_loads_a_torch_adam_checkpoint_and_continues_identically() -> None:
-    ref, ref_opt = _train(torch.optim.Adam, steps=3)
+    ref, ref_opt = train_steps(torch.optim.Adam, steps=3)
     ours = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     ours.load_state_dict(ref.state_dict())
     ours_opt = Adam(ours.parameters(), lr=3e-3, eps=1e-6)
@@ -63,9 +51,9 @@ def test_a_learner_trains_without_loading_the_compiler() -> None:
     code = """
 import sys
 import torch
-from tests.test_eager_adam import _train
+from tests.adam_steps import train_steps
 from asyncrl.agents.eager import Adam
-_, opt = _train(Adam)
+_, opt = train_steps(Adam)
 opt.load_state_dict(opt.state_dict())
 log_alpha = torch.zeros(1, requires_grad=True)
 alpha_opt = Adam([log_alpha], lr=1e-3)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import main_in_process
 
 import asyncrl
 from asyncrl.config import ConfigError
 from asyncrl.presets import preset_name
 from asyncrl.resolve import config_from_flags
 from tests import launcher
+from tests.train_cli import main_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

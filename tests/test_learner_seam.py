@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cli import main_in_process
 
 from asyncrl.agents import registry
 from asyncrl.agents.appo.learner import APPOLearner
@@ -17,6 +16,7 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
 from asyncrl.launch import validate
 from asyncrl.models.actor_critic import flat_state
+from tests.train_cli import main_in_process
 
 
 class CountingLearner:

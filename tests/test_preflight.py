@@ -11,12 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from test_cli import assert_user_error
 
 from asyncrl.config import Config
 from asyncrl.resolve import parse_command_line, resume_changes
 from asyncrl.spec_memo import EnvSpecs
+from tests.conftest import run_cli
+from tests.train_cli import assert_user_error
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--rollout", "8", "--batch-size", "16", "--minibatches", "1",

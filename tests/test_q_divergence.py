@@ -125,7 +125,7 @@ def test_divergence_is_the_relative_overestimate() -> None:
 
 
 def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> None:
-    from tests.test_off_policy_learners import make_batch, make_learner
+    from tests.off_policy_batches import make_batch, make_learner
 
     learner = make_learner("sac", utd=1e-9)
     first_slot, second_slot = make_batch(seed=0), make_batch(seed=1)  # the same 4 envs, one slot after the other
@@ -151,7 +151,7 @@ def test_the_learner_reports_q_divergence_and_it_tracks_a_critic_offset() -> Non
 
 
 def test_the_check_judges_only_the_newest_transitions() -> None:
-    from tests.test_off_policy_learners import make_batch, make_learner
+    from tests.off_policy_batches import make_batch, make_learner
 
     learner = make_learner("sac", utd=1e-9)
     old, new = make_batch(seed=0), make_batch(seed=1)  # two slots of whole episodes: -10 a step, then +1 a step

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import assert_user_error
 
 import asyncrl
 from tests.conftest import run_cli
+from tests.train_cli import assert_user_error
 
 # Values unlike both the defaults and the vector preset, so a preset or a default taking over shows.
 FIRST = ["--env", "CartPole-v1", "--experiment", "r", "--workers", "1", "--envs-per-worker", "2", "--rollout", "8",

@@ -4,15 +4,11 @@ and replaced env instances, and refuses settings that make no sense for it."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
 
 import asyncrl
 from asyncrl.cli.train import main as train_main
@@ -21,6 +17,7 @@ from asyncrl.resolve import config_from_flags
 from asyncrl.runtime.store.checkpoint import list_checkpoints
 from tests import launcher
 from tests.conftest import run_cli
+from tests.counter_envs import raise_once_again
 
 ROOT = Path(__file__).resolve().parent.parent
 # The learning bar: a 100-episode mean return of 300 within 150,000 env steps (random play scores 22.7), as in
@@ -117,51 +114,6 @@ def test_the_exit_code_of_a_refused_serial_run_is_2(tmp_path: Path) -> None:
 
 
 # ----- the slots' bookkeeping, in this process -----
-class Counter(gym.Env):
-    """Episodes of exactly `length` steps; observes (its step count, the last action). The first instance of the
-    process to reach step `raise_at` raises there (once in the process)."""
-
-    observation_space = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-    raised = False
-
-    def __init__(self, length: int = 3, raise_at: int = 0) -> None:
-        self.length, self.raise_at, self.t = length, raise_at, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        if self.t == self.raise_at and not Counter.raised:
-            Counter.raised = True
-            raise RuntimeError("simulator crashed")
-        return np.array([self.t, action], np.float32), 1.0, self.t == self.length, False, {}
-
-
-def make_next_step_counters(num_envs: int = 2) -> gym.vector.VectorEnv:
-    """A VectorEnv in gymnasium's default autoreset mode: the step after an episode's end is its reset."""
-    return gym.vector.SyncVectorEnv([Counter for _ in range(num_envs)], autoreset_mode=AutoresetMode.NEXT_STEP)
-
-
-def raise_once_again() -> None:
-    """Re-arm `Counter`'s one raise, also in `tests.test_serial` as the env registry imported it (pytest may have
-    imported this file under another name)."""
-    for module in {sys.modules[__name__], importlib.import_module("tests.test_serial")}:
-        module.Counter.raised = False
-
-
-def make_raising_counter() -> gym.Env:
-    return Counter(length=1000, raise_at=5)
-
-
-def make_raising_vector(num_envs: int = 2) -> gym.vector.VectorEnv:
-    """A VectorEnv whose step raises once: the backend cannot replace one of its envs."""
-    return gym.vector.SyncVectorEnv([make_raising_counter for _ in range(num_envs)])
-
-
 def serial_slots(tmp_path: Path, env: str, frames: int) -> tuple[list[dict[str, np.ndarray]], dict]:
     """A serial run of 2 envs in one split, rollout 8, until `frames` env steps, whose every full slot is copied
     instead of trained on: the slots in order and the last metrics record."""
@@ -178,7 +130,7 @@ def serial_slots(tmp_path: Path, env: str, frames: int) -> tuple[list[dict[str, 
 
 
 def test_next_step_resets_are_left_out_and_start_episodes(tmp_path: Path) -> None:
-    slots, record = serial_slots(tmp_path, "tests.test_serial:make_next_step_counters", frames=49)
+    slots, record = serial_slots(tmp_path, "tests.counter_envs:make_next_step_counters", frames=49)
     assert len(slots) == 4  # 6 agent steps per env and slot: rows 3 and 7 are the envs' own resets
     for slot in slots:
         valid, first, terminated = slot["valid"][:, 0], slot["first"][:, 0], slot["terminated"][:, 0]
@@ -192,7 +144,7 @@ def test_next_step_resets_are_left_out_and_start_episodes(tmp_path: Path) -> Non
 
 def test_a_replaced_env_instance_leaves_its_step_out(tmp_path: Path) -> None:
     raise_once_again()
-    slots, record = serial_slots(tmp_path, "tests.test_serial:make_raising_counter", frames=33)
+    slots, record = serial_slots(tmp_path, "tests.counter_envs:make_raising_counter", frames=33)
     assert len(slots) == 2 and record["env_errors"] == 1
     invalid = np.argwhere(~slots[0]["valid"])
     np.testing.assert_array_equal(invalid, [[4, 0]])  # env 0's fifth step raised
@@ -202,7 +154,7 @@ def test_a_replaced_env_instance_leaves_its_step_out(tmp_path: Path) -> None:
 
 def test_a_split_whose_backend_raises_loses_the_step_and_starts_afresh(tmp_path: Path) -> None:
     raise_once_again()
-    slots, record = serial_slots(tmp_path, "tests.test_serial:make_raising_vector", frames=31)
+    slots, record = serial_slots(tmp_path, "tests.counter_envs:make_raising_vector", frames=31)
     assert len(slots) == 2 and record["env_errors"] == 2  # both envs of the split
     np.testing.assert_array_equal(np.argwhere(~slots[0]["valid"]), [[4, 0], [4, 1]])
     assert slots[0]["first"][5].all() and (slots[0]["obs"][5] == 0).all()  # reset into the next row
