@@ -16,9 +16,9 @@ recipe's plot, enjoy, export and compare commands read the runs that the trainin
   trained again: the earlier run directory is copied to where the command writes, so what follows finds its run.
   The settings compared are the resolved configuration (as `--print-config` shows it).
 * The other console scripts and `python scripts/...` or `benchmarks/...`: as written, made shorter by SHORTER (enjoy
-  plays one short
-  episode, compare's --at-frames cuts where every run it reads has come, `common_cut`); the files named by `--out` /
-  `--video` must exist afterwards.
+  plays one short episode; asyncrl-diagnose's --core-state and --shots by DIAGNOSE_SHORTER; compare's --at-frames
+  cuts where every run it reads has come, `common_cut`); the files named by `--out` / `--video` must exist
+  afterwards.
 * A command that cannot run here is in NOT_HERE with its reason (test_command_not_run_here lists each).
 """
 
@@ -118,9 +118,9 @@ SLOW_START_LAYOUT = {"--envs-per-worker": "1", "--worker-splits": "1", "--batch-
 # first batch of 64 steps (a match steps some 40 times a second per player here)
 MATCH_LAYOUT = {"--workers": "1", "--envs-per-worker": "2", "--worker-splits": "1", "--rollout": "16",
                 "--batch-size": "64"}
-SCRIPT_SHORTER = {"scripts/core_state.py": {"--steps": "50"},
-                  "scripts/doom_shots.py": {"--episodes": "1"},  # an untrained policy's episode: ~100 steps
-                  "benchmarks/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
+# asyncrl-diagnose's modes that play the run's policy: a few steps, one episode (an untrained Doom policy's: ~100 steps)
+DIAGNOSE_SHORTER = {"--core-state": {"--steps": "50"}, "--shots": {"--episodes": "1"}}
+SCRIPT_SHORTER = {"benchmarks/value_offset.py": {"--slots": "2", "--updates": "1", "--variants": "full", "--envs": "2"}}
 FRAMESKIP = {"atari_": 4, "doom_": 4}  # frames per agent step (asyncrl/envs/atari.py, doom.py); 1 elsewhere
 
 
@@ -280,6 +280,9 @@ class DocSession:
     def tool(self, words: list[str], cwd: Path, where: str) -> None:
         name, args = TOOLS[words[0]], words[1:]
         args = replaced(args, SHORTER.get(name, {}))
+        for mode, values in DIAGNOSE_SHORTER.items():
+            if name == "diagnose" and mode in args:
+                args = replaced(args, values)
         if name == "compare" and "--window" in args:  # the runs' length, not 1,000 steps
             args = replaced(args, {"--window": "50"})
         if name == "compare" and "--at-frames" in args:
