@@ -30,7 +30,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py", "env_hooks.py"}
+    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py", "env_hooks.py", "python_api.py"}
     assert {p.name for p in EXAMPLES.iterdir() if p.suffix in (".py", ".sh")} == tested
 
 
@@ -38,6 +38,14 @@ def test_custom_env_example_trains_and_plays_its_env(tmp_path: Path) -> None:
     out = run([sys.executable, str(EXAMPLES / "custom_env.py"), "--frames", "600"], tmp_path)
     assert "one greedy episode: return" in out
     assert list((tmp_path / "train_dir" / "walk" / "checkpoints").glob("*.pt"))
+
+
+def test_python_api_example_trains_then_plays_five_episodes(tmp_path: Path) -> None:
+    out = run([sys.executable, str(EXAMPLES / "python_api.py"), "--frames", "2000"], tmp_path)
+    assert "train_dir/cartpole_api: " in out and " frames, mean return " in out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("episode ")] == \
+        [f"episode {seed}" for seed in range(5)]
+    assert list((tmp_path / "train_dir" / "cartpole_api" / "checkpoints").glob("*.pt"))
 
 
 def test_env_hooks_example_masks_reports_and_stops(tmp_path: Path) -> None:
