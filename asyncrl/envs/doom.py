@@ -3,7 +3,7 @@
 Each env is one `vizdoom.DoomGame` (an engine child process driven over shared memory). Frames are rendered at
 256x144 (16:9, the wide field of view) in channels-first RGB and averaged 2x2 down to 3x72x128 uint8. The
 status bar (HUD) is drawn only where the scenario rations something the view does not show (defend_the_center's
-ammunition): drawing it costs 5-12% more CPU per step (`scripts/bench_doom.py --hud both`). One agent step is
+ammunition): drawing it costs 5-12% more CPU per step (`benchmarks/bench_doom.py --hud both`). One agent step is
 `make_action(action, 4)`: four emulator tics with the action held, so `EnvSpec.frameskip = 4` and frame counts
 are tics. Actions are a Discrete set of button combinations per scenario (`SCENARIOS`).
 
