@@ -228,7 +228,7 @@ SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_dis
               "test_population.py", "test_starvation.py", "test_serial.py", "test_seeding.py", "test_bench.py",
               "test_eval.py", "test_env_hooks.py", "test_group_signals.py", "test_sweep.py", "test_doc_commands.py",
               "test_env_recovery.py", "test_multi_agent.py", "test_off_policy_learners.py", "test_dict_obs.py",
-              "test_action_masks.py", "test_callbacks.py", "test_resume_config.py")
+              "test_action_masks.py", "test_diagnose_inside.py", "test_callbacks.py", "test_resume_config.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
