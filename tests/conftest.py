@@ -99,7 +99,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, proc: subprocess.Pope
 
 
 # What this project can put in /dev/shm: faster-fifo's multiprocessing arenas (`pym-<pid>-*`, unlinked at once
-# unless the creator is killed in between; see runtime/recovery/supervisor.py clean_stale_shm) and anything named
+# unless the creator is killed in between; see runtime/store/run_dir.py clean_stale_shm) and anything named
 # asyncrl.
 # Other programs' files (and other test runs' short-lived arenas on a shared machine) are not ours to judge.
 _PROJECT_SHM = re.compile(r"^pym-(\d+)-|asyncrl")

@@ -23,7 +23,7 @@ from asyncrl.envs.gym_env import GymVecEnv, gym_env_spec
 from asyncrl.models.actor_critic import build_model
 from asyncrl.policy import load_run_policy
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, obs_arrays
-from asyncrl.runtime.roles.evaluator import _play
+from asyncrl.runtime.stages.evaluation import _play
 from asyncrl.runtime.stages.rollout import keep_final_obs
 from asyncrl.runtime.store.checkpoint import save_checkpoint
 from tests.conftest import run_cli

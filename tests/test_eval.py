@@ -121,7 +121,7 @@ def test_an_evaluations_files_appear_only_when_its_report_is_received(tmp_path: 
     metrics record accounts for. A fresh-clone CI run failed so, with best.pt at a return that no record had."""
     from asyncrl.agents.registry import learner_class
     from asyncrl.runtime.plumbing.eval_schedule import EvalSchedule
-    from asyncrl.runtime.roles.evaluator import evaluate
+    from asyncrl.runtime.stages.evaluation import evaluate
 
     cfg = Config(env="CartPole-v1", train_dir=str(tmp_path), experiment="staged", eval_every=500, eval_episodes=1,
                  eval_video=True)
@@ -184,7 +184,7 @@ def test_killed_evaluator_is_restarted_and_training_goes_on(tmp_path: Path, reap
 
 def test_evaluator_steps_envs_with_separate_terminated_and_truncated() -> None:
     """The evaluator also drives the VecEnv.step that reports terminated and truncated apart."""
-    from asyncrl.runtime.roles.evaluator import _stepper
+    from asyncrl.runtime.stages.evaluation import _stepper
 
     class SplitEndEnv:
         def step(self, actions, obs_out, reward_out, terminated_out, truncated_out, final_obs_out):

@@ -27,8 +27,8 @@ import pytest
 from faster_fifo import Empty, Queue
 
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
-from asyncrl.runtime.recovery.supervisor import clean_stale_shm
 from asyncrl.runtime.store.checkpoint import list_checkpoints
+from asyncrl.runtime.store.run_dir import clean_stale_shm
 from tests import launcher
 
 REPO = Path(__file__).resolve().parents[1]

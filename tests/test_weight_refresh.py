@@ -25,8 +25,8 @@ from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.plumbing.channels import Channels, Empty
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slots
-from asyncrl.runtime.roles.evaluator import SEED_OFFSET
 from asyncrl.runtime.roles.learner import WeightsPublisher
+from asyncrl.runtime.stages.evaluation import SEED_OFFSET
 from asyncrl.shm import SharedArrays, SharedWeights
 
 FORK = mp.get_context("fork")

@@ -20,9 +20,9 @@ from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.registry import state_layout
 from asyncrl.runtime.plumbing.callbacks import Callback
 from asyncrl.runtime.plumbing.local_slots import LocalSlots
+from asyncrl.runtime.plumbing.run_error import RunError, checkpoint_hint
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, circulating_slots
 from asyncrl.runtime.recovery.env_errors import InProcessEnvErrors
-from asyncrl.runtime.recovery.supervisor import RunError, checkpoint_hint
 from asyncrl.runtime.stages.inference import InferenceStage
 from asyncrl.runtime.stages.local_learner import LocalLearner
 from asyncrl.runtime.stages.rollout import RolloutStage, StageFatal, episode_report

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from asyncrl.runtime.recovery.supervisor import RunError
+from asyncrl.runtime.plumbing.run_error import RunError
 
 Callback = Callable[[dict[str, Any]], Any]
 EVENTS = ("metrics", "checkpoint", "eval")

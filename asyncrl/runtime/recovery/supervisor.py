@@ -18,8 +18,6 @@ This module never imports torch.
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import time
 from collections import deque
@@ -27,16 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from asyncrl.config import Config
 from asyncrl.runtime.plumbing.channels import Channels, drain
 from asyncrl.runtime.plumbing.liveness import read_words, release_slots
+from asyncrl.runtime.plumbing.run_error import RunError, checkpoint_hint
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.recovery.rollout_guard import EXIT_ENV_ERRORS
 from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale, starved
-from asyncrl.runtime.store.checkpoint import checkpoint_dir, list_checkpoints
 
 RESTART_WINDOW_S = 300.0
 MAX_RESTARTS = 5  # restarts of one process within the window; one more failure stops the run
@@ -46,19 +42,6 @@ CHECK_EVERY_S = 0.25
 ENV_ERROR_PRINT_EVERY_S = 10.0
 ENV_ERROR_WINDOW_S = 60.0  # the env error rate is judged over this much of the recent past
 ENV_ERROR_MIN = 10  # errors in the window before a rate can stop the run (a few early errors are not a rate)
-
-
-class RunError(RuntimeError):
-    """The run could not continue (a component died or failed); message is for the user.
-
-    Unless `hint` is False, the runner adds which checkpoint remains once the shutdown (and with it the
-    learner's final save) is over. `exit_code` is the run's: 1, or 2 for bad input found while running.
-    """
-
-    def __init__(self, message: str, hint: bool = True, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.hint = hint
-        self.exit_code = exit_code
 
 
 @dataclass
@@ -120,18 +103,6 @@ class EnvErrorRate:
             f"({new_errors / max(new_steps, 1):.1%}, above --max-env-error-rate {self.cfg.max_env_error_rate:g}); "
             f"the last: rollout-{last.get('worker', '?')}: {last.get('message', '?')} in {last.get('where', '?')}; "
             f"stopping.")
-
-
-def checkpoint_hint(run_dir: str, final: dict | None = None) -> str:
-    """Which checkpoint of the run remains; `final`: the "saved" report of a save at this stop, if any."""
-    if final:
-        return (f"The learner saved a final checkpoint, {os.path.basename(final['path'])} (policy version "
-                f"{final['version']}), in {checkpoint_dir(run_dir)}; continue with --resume")
-    found = list_checkpoints(run_dir)
-    if not found:
-        return "No checkpoint had been saved."
-    return (f"The last good checkpoint, {os.path.basename(found[0])}, is kept in {checkpoint_dir(run_dir)}; "
-            f"continue with --resume")
 
 
 class Supervisor:
@@ -339,47 +310,3 @@ class Supervisor:
         self.worker_restarts += int(run.get("worker_restarts", 0))
         self.policy_restarts += int(run.get("policy_restarts", 0))
         self.env_errors_base += int(run.get("env_errors", 0))
-
-
-# ----- before a run -----
-_PYM = re.compile(r"pym-(\d+)-")
-
-
-def clean_stale_shm(shm: str = "/dev/shm") -> list[str]:
-    """Remove multiprocessing arena files that dead processes left in /dev/shm; return their names.
-
-    faster-fifo's queues live in multiprocessing arenas: a file named `pym-<pid>-*` is created in /dev/shm and
-    unlinked at once, so one survives only if its creator was killed in between. Ours are all anonymous.
-    """
-    removed = []
-    try:
-        names = os.listdir(shm)
-    except OSError:
-        return removed
-    for name in names:
-        match = _PYM.match(name)
-        path = os.path.join(shm, name)
-        try:
-            if not match or psutil.pid_exists(int(match.group(1))) or os.stat(path).st_uid != os.getuid():
-                continue
-            os.remove(path)
-            removed.append(name)
-        except OSError:
-            continue
-    return removed
-
-
-def clean_checkpoint_temps(run_dir: str) -> list[str]:
-    """Remove the temp files of a checkpoint save that a killed learner never finished; return their names."""
-    folder = checkpoint_dir(run_dir)
-    try:
-        names = [n for n in os.listdir(folder) if n.endswith(".tmp")]
-    except OSError:
-        return []
-    for name in names:
-        try:
-            os.remove(os.path.join(folder, name))
-        except OSError:
-            continue
-    return names
-

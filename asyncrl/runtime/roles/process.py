@@ -6,10 +6,10 @@ import ctypes
 import os
 import signal
 
+from asyncrl.runtime.host.signals import GROUP_STOP_SIGNALS
+
 _PR_SET_PDEATHSIG = 1
 PARENT_PID: int | None = None  # set by the runner before it forks (see `mark_parent`)
-# Signals a terminal, a scheduler or a container manager sends to every process of the group.
-GROUP_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _ignore(_signum, _frame) -> None:

@@ -29,10 +29,11 @@ from asyncrl.runtime.plumbing.callbacks import Callback
 from asyncrl.runtime.plumbing.channels import Empty
 from asyncrl.runtime.plumbing.eval_schedule import FINAL_EVAL_REASONS, FINAL_TIMEOUT_S
 from asyncrl.runtime.plumbing.liveness import write_training_info
+from asyncrl.runtime.plumbing.run_error import RunError
 from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
 from asyncrl.runtime.recovery.starvation import StarvationWatch, stale
-from asyncrl.runtime.recovery.supervisor import RunError, Supervisor
+from asyncrl.runtime.recovery.supervisor import Supervisor
 from asyncrl.runtime.roles.process import ignore_group_signals, mark_parent
 from asyncrl.runtime.stages.runbook import RunBook, restore_totals, run_state
 from asyncrl.runtime.store.run_dir import prepare_run_dir

@@ -12,8 +12,8 @@ from asyncrl.agents.registry import learner_class, make_learner
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.host.seeding import write_initial_weights_checksum
-from asyncrl.runtime.recovery.supervisor import RunError
-from asyncrl.runtime.roles.evaluator import evaluate
+from asyncrl.runtime.plumbing.run_error import RunError
+from asyncrl.runtime.stages.evaluation import evaluate
 from asyncrl.runtime.stages.learner_state import (
     NONFINITE_LIMIT,
     ResumeError,

@@ -24,10 +24,10 @@ from asyncrl.diagnostics.monitor import RunMonitor
 from asyncrl.diagnostics.progress import ProgressLine
 from asyncrl.diagnostics.thread_errors import route_to
 from asyncrl.envs.base import EnvSpec
+from asyncrl.runtime.host.signals import GROUP_STOP_SIGNALS
 from asyncrl.runtime.plumbing.callbacks import Callback, Callbacks
 from asyncrl.runtime.plumbing.eval_schedule import DUE, FINAL_EVAL_REASONS, RESULT_KEYS, EvalSchedule
-from asyncrl.runtime.recovery.supervisor import RunError
-from asyncrl.runtime.roles.process import GROUP_STOP_SIGNALS
+from asyncrl.runtime.plumbing.run_error import RunError
 from asyncrl.runtime.stages.rollout import StageFatal
 
 
