@@ -1,8 +1,8 @@
 """The serial transport (`--serial`): the forked engine's stages one after the other in this process, nothing
 forked, so a debugger can step through a whole run. Slots circulate as in a forked run whose learner sets the pace
 (`LocalSlots`): once every split waits for a free slot, the acting policy takes the version trained last and the
-learner trains on the oldest batch while the next round still acts on the older one, so each batch is acted on two
-versions behind the learner, as in a forked CartPole run (`lag 2.0/2`; docs/architecture.md)."""
+learner trains on the oldest batch while the next round still acts on the older one: each batch is acted on two
+versions behind, as in a forked CartPole run (`lag 2.0/2`). `--deterministic` is lockstep (lag 0), as forked."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ class SerialRun:
             totals.add_rollout({"env_steps": stepped.agent_steps, "env_errors": stepped.env_errors, "t_wait": 0.0,
                                 "episodes": [episode_report(e) for e in stepped.finished], "t_env": t1 - t0,
                                 "t_total": t1 - t0})
-        if self.slots.stalled():
+        if self.slots.stalled() or self.cfg.deterministic:  # lockstep: each whole batch at once, at lag 0
             self._learn()
 
     def _learn(self) -> bool:

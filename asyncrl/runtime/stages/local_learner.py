@@ -68,8 +68,8 @@ class LocalLearner:
                                   self.book.totals.env_steps)
 
     def update(self, slots: list[int]) -> None:
-        """Train on the slots (counted only, when not training) and mark the new version due; RunError once the
-        updates have not been finite `NONFINITE_LIMIT` times in a row."""
+        """Train on the slots (counted only, when not training) and mark the new version due (in lockstep, release
+        it); RunError once the updates have not been finite `NONFINITE_LIMIT` times in a row."""
         cfg, book, t0 = self.cfg, self.book, time.monotonic()
         if not cfg.train:  # sampling only: the slots go back untouched
             book.totals.add_learner({"samples": len(slots) * cfg.rollout * cfg.envs_per_split, "t_wait": 0.0,
@@ -78,6 +78,8 @@ class LocalLearner:
         batch = self.stage.gather(slots)
         for stats in self.stage.train(batch, {"t_wait": 0.0, "t_copy": time.monotonic() - t0}):
             book.totals.add_learner(stats)
+        if cfg.deterministic:  # lockstep: the next steps act on this version
+            self.publisher.release()
         if self.learner.nonfinite_streak >= NONFINITE_LIMIT:
             book.fatal({"message": nonfinite_message(self.learner, batch), "code": "nonfinite"})
             raise RunError(nonfinite_message(self.learner, batch))
