@@ -50,7 +50,7 @@ def test_progress_line_with_a_frames_limit_shows_percent_and_eta() -> None:
     progress = ProgressLine(frames_limit=100_000)
     first = progress.line(record(10.0, 10_000))
     assert first == ("[     10s] frames       10,000 | fps    1,000 | return   12.50 (40 eps) | version 7 lag "
-                     "1.5/3 dropped 2 | 10% eta 1m30s")  # 1,000 frames/s since the start, 90,000 frames left
+                     "mean 1.5 max 3 dropped <1% | 10% eta 1m30s")  # 1,000 frames/s since the start, 90,000 left
     # 40,000 frames in 20 s: 2,000 frames/s, 60,000 frames left -> 30 s
     assert progress.line(record(20.0, 40_000)).endswith(" | 40% eta 30s")
     assert progress.line(record(30.0, 100_000)).endswith(" | 100% eta 0s")
@@ -71,7 +71,66 @@ def test_progress_line_with_a_seconds_limit_and_both_limits() -> None:
 
 
 def test_progress_line_without_limits_is_unchanged() -> None:
-    assert ProgressLine().line(record(10.0, 10_000)).endswith("dropped 2")
+    assert ProgressLine().line(record(10.0, 10_000)).endswith("dropped <1%")
+
+
+def test_progress_line_labels_the_lag_bound_and_the_dropped_share() -> None:
+    """`lag mean 1.7 max 3 of 4` (of the --max-policy-lag bound), `dropped 82%` of the env steps."""
+    line = ProgressLine().line({**record(10.0, 10_000), "env_steps": 10_000, "dropped_stale": 8_200,
+                                "policy_lag_mean": 1.7, "policy_lag_max": 3, "policy_lag_limit": 4})
+    assert line.endswith("version 7 lag mean 1.7 max 3 of 4 dropped 82%")
+    quiet = ProgressLine().line({**record(10.0, 10_000), "dropped_stale": 0, "policy_lag_mean": None})
+    assert quiet.endswith("version 7 lag - dropped 0%")
+    # the learner's own share (its batches run ahead of the env steps the runner has tallied), else at most 100%
+    ahead = {**record(4.0, 23_617), "env_steps": 23_617, "dropped_stale": 28_641, "dropped_share": 0.7360}
+    assert ProgressLine().line(ahead).endswith("dropped 74%")
+    assert ProgressLine().line({k: v for k, v in ahead.items() if k != "dropped_share"}).endswith("dropped 100%")
+
+
+def test_progress_line_shows_the_mean_fps_for_a_short_tail() -> None:
+    """The last record of a run that stopped just after a report covers a few ms: its own rate (1,171,836 fps for
+    2,000 frames in 1.7 ms) is noise, so the line shows the mean over the recent intervals."""
+    progress = ProgressLine()
+    for i in range(1, 4):
+        assert "| fps    1,000 |" in progress.line(record(5.0 * i, 5_000 * i))
+    tail = progress.line({**record(15.0017, 17_000), "fps": 1_171_836.0})
+    assert "| fps    1,133 mean |" in tail, tail  # 17,000 frames in 15.0 s
+    assert "| fps    1,000 |" in ProgressLine().line(record(0.5, 500))  # a run shorter than one interval
+
+
+def test_monitor_records_the_lag_bound_and_warns_of_stale_drops() -> None:
+    lines: list[str] = []
+    monitor = RunMonitor(Config(env="null", device="cpu", max_policy_lag=0), NULL_SPEC,
+                         out=lambda s, **_: lines.append(s))
+    rec = {**run_records(1)[0], "env_steps": 10_000, "dropped_stale": 8_200}
+    extra = monitor.observe(rec, [], {"learner": FakeProc()}, FakeChannels())
+    monitor.flush()
+    assert extra["policy_lag_limit"] == 0 and "stale_dropped" in extra["alerts"]
+    (warning,) = [line for line in lines if "stale_dropped" in line]
+    assert "82% of the samples were dropped (8,200 samples)" in warning and "--max-policy-lag 0" in warning
+    # from the learner's batches: 1,536 of 2,048 samples, then 1,536 of 4,096
+    counted = RunMonitor(Config(env="null", device="cpu", max_policy_lag=0), NULL_SPEC, out=lambda s, **_: None)
+    stats = [{"samples": 2048, "dropped_stale": 1536}]
+    first = counted.observe(rec, stats, {"learner": FakeProc()}, FakeChannels())
+    assert first["dropped_share"] == 0.75 and "stale_dropped" in first["alerts"]
+    later = counted.observe(rec, [{"samples": 2048, "dropped_stale": 0}], {"learner": FakeProc()}, FakeChannels())
+    assert later["dropped_share"] == 0.375
+    fine = RunMonitor(Config(env="null", device="cpu"), NULL_SPEC, out=lambda s, **_: None)
+    ok = {**run_records(1)[0], "env_steps": 10_000, "dropped_stale": 2_000}  # a fifth exactly: no warning
+    assert "stale_dropped" not in fine.observe(ok, [], {"learner": FakeProc()}, FakeChannels())["alerts"]
+
+
+def test_bottleneck_line_knows_a_solved_run() -> None:
+    """CartPole-v1 solved (mean return 475 or more): no GPU advice for a run that has already done its job."""
+    lines: list[str] = []
+    monitor = RunMonitor(Config(env="CartPole-v1", device="cpu"), NULL_SPEC, out=lambda s, **_: lines.append(s))
+    for ret in (100.0, 480.0):
+        monitor.observe({**run_records(1)[0], **TRAINING_BOUND, "episode_return_mean": ret}, [],
+                        {"learner": FakeProc()}, FakeChannels())
+        monitor.flush()
+    before, after = [line for line in lines if "bottleneck:" in line]
+    assert "--device cuda" in before and "--device cuda" not in after
+    assert "reached CartPole-v1's solved return (475)" in after
 
 
 def test_format_duration() -> None:

@@ -78,8 +78,28 @@ class Verdict:
     def label(self) -> str:
         return LABELS[self.kind]
 
-    def line(self) -> str:
-        return f"bottleneck: {self.label} ({self.reason}) -> {self.remedy}"
+    def line(self, solved: str = "") -> str:
+        """The console line; `solved` (see `solved_note`) replaces the remedy once the run has solved its task."""
+        return f"bottleneck: {self.label} ({self.reason}) -> {solved or self.remedy}"
+
+
+def solved_return(env: str) -> float | None:
+    """The return at which gymnasium calls `env` solved (its registry's `reward_threshold`), or None."""
+    if ":" in env:  # module:Class or module:id: looking it up would import the user's module
+        return None
+    try:
+        import gymnasium
+
+        threshold = gymnasium.spec(env).reward_threshold
+    except Exception:  # noqa: BLE001 - not a gymnasium id (an asyncrl env, module:Class): no threshold
+        return None
+    return None if threshold is None else float(threshold)
+
+
+def solved_note(env: str, threshold: float, ret: float) -> str:
+    """What the bottleneck line says instead of a remedy once the mean return reached the solved return."""
+    return (f"no change needed: the mean return {ret:.1f} has reached {env}'s solved return ({threshold:g}); "
+            "throughput advice matters for longer runs and harder tasks")
 
 
 def _pct(x: float) -> str:

@@ -48,6 +48,7 @@ class Thresholds:
     q_divergence_records: int = 3  # consecutive records above it before the alert
     q_divergence_min_updates: int = 0  # gradient updates before it is judged (`critic_settle_updates`)
     core_saturation: float = 0.2  # share of an LSTM's stored cell units beyond the learner's SATURATED_CELL
+    stale_share: float = 0.2  # share of the run's env steps dropped as staler than --max-policy-lag
 
 
 def entropy_floor(discrete: bool, num_actions: int) -> float:
@@ -237,12 +238,34 @@ def core_saturated(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  "ran away with it), or --rnn gru")
 
 
+def stale_dropped(records: Sequence[Record], th: Thresholds) -> Alert | None:
+    """More than `stale_share` of the samples the learner received dropped as too stale (--max-policy-lag): the
+    record's `dropped_share`, or for a record without one its dropped samples over its env steps."""
+    last = records[-1]
+    share, dropped = last.get("dropped_share"), last.get("dropped_stale")
+    if not _finite(share):
+        steps = last.get("env_steps")
+        if not _finite(dropped) or not _finite(steps) or steps <= 0:
+            return None
+        share = min(1.0, dropped / steps)
+    if share <= th.stale_share:
+        return None
+    limit = last.get("policy_lag_limit")
+    bound = "" if limit is None else f" (--max-policy-lag {limit})"
+    count = f" ({int(dropped):,} samples)" if _finite(dropped) else ""
+    return Alert("stale_dropped", f"{share:.0%} of the samples were dropped{count} as staler than the lag bound"
+                 f"{bound}: that experience was collected and thrown away",
+                 "raise --max-policy-lag (4 by default), or shorten the lag: fewer envs in flight (--workers, "
+                 "--envs-per-worker, --rollout) or a bigger --batch-size")
+
+
 DETECTORS: tuple[Callable[[Sequence[Record], Thresholds], Alert | None], ...] = (
     nonfinite, entropy_collapse, kl_high, grad_spike, value_exploding, fps_degrading, queue_growing,
-    memory_growing, returns_flat, q_divergence, core_saturated,
+    memory_growing, returns_flat, q_divergence, core_saturated, stale_dropped,
 )
 CODES = ("nonfinite", "entropy_collapse", "kl_high", "grad_spike", "value_exploding", "fps_degrading",
-         "queue_growing", "memory_growing", "returns_flat", "q_divergence", "core_saturated")
+         "queue_growing", "memory_growing", "returns_flat", "q_divergence", "core_saturated",
+         "stale_dropped")
 
 
 def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Alert]:

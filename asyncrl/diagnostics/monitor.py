@@ -14,8 +14,9 @@ from typing import Any
 
 import psutil
 
+from asyncrl.agents.registry import OFF_POLICY
 from asyncrl.config import Config
-from asyncrl.diagnostics.bottleneck import classify
+from asyncrl.diagnostics.bottleneck import classify, solved_note, solved_return
 from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect, entropy_floor
 from asyncrl.diagnostics.resources import GpuSampler, ProcessSampler, summarize
 from asyncrl.envs.base import EnvSpec
@@ -50,6 +51,9 @@ class RunMonitor:
         self._printed: set[str] = set()
         self._pending: list[str] = []
         self._last_verdict: str | None = None  # the bottleneck kind last printed (printed again when it changes)
+        self.solved_at = solved_return(cfg.env)  # gymnasium's solved return for the env (CartPole-v1: 475), or None
+        self._solved_note = ""  # what the bottleneck line says once the run reached it
+        self._samples_seen = self._samples_dropped = 0  # the learner's batches this launch, and their stale samples
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -81,12 +85,17 @@ class RunMonitor:
         extra["cpu_system"] = psutil.cpu_percent(None)
         if "cpu_total" in extra:  # this run's share of the machine, comparable with cpu_system
             extra["cpu_run"] = round(extra["cpu_total"] / (psutil.cpu_count() or 1), 1)
+        if self.cfg.algo not in OFF_POLICY:  # the bound past which the APPO learner drops samples
+            extra["policy_lag_limit"] = self.cfg.max_policy_lag
+        extra.update(self._dropped_share(learner_stats))
         verdict = classify({**record, **extra})
         extra["bottleneck"] = verdict.kind if verdict else None
         extra["bottleneck_reason"] = verdict.reason if verdict else None
-        if verdict is not None and verdict_changed(self._last_verdict, verdict.kind):
-            self._pending.append(f"  {verdict.line()}")
-            self._last_verdict = verdict.kind
+        solved = self._solved(record.get("episode_return_mean"))
+        key = None if verdict is None else verdict.kind + (" solved" if solved else "")
+        if verdict is not None and verdict_changed(self._last_verdict, key):
+            self._pending.append(f"  {verdict.line(solved)}")
+            self._last_verdict = key
         full = {**record, **extra}
         (self._early if len(self._early) < EARLY_RECORDS else self._recent).append(full)
         alerts = detect(self.history, self.thresholds)
@@ -97,6 +106,24 @@ class RunMonitor:
                 self._pending.append(f"asyncrl: {alert.line()}")
         full["alerts"] = extra["alerts"]
         return extra
+
+    def _dropped_share(self, stats: Sequence[Mapping[str, float]]) -> dict[str, float]:
+        """`dropped_share`: the share of the samples the learner received this launch that it dropped as too stale.
+        Counted from the learner's own batches: the env steps the runner has tallied lag behind the trajectories
+        the learner already holds (a share of them reads above 100% early in a run)."""
+        self._samples_seen += int(sum(s.get("samples", 0) for s in stats))
+        self._samples_dropped += int(sum(s.get("dropped_stale", 0) for s in stats))
+        if not self._samples_seen:
+            return {}
+        return {"dropped_share": round(self._samples_dropped / self._samples_seen, 4)}
+
+    def _solved(self, ret: Any) -> str:
+        """The bottleneck line's note from the first record whose mean return reached the env's solved return on
+        ('' before; kept after, so a return that wavers around the threshold does not reprint the verdict)."""
+        if not self._solved_note and self.solved_at is not None and isinstance(ret, int | float) \
+                and ret >= self.solved_at:
+            self._solved_note = solved_note(self.cfg.env, self.solved_at, float(ret))
+        return self._solved_note
 
     def flush(self, verdict: bool = True) -> None:
         """Print a changed verdict (unless `verdict` is False) and new alerts (after the runner's progress line)."""
