@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncrl.system import local_world_size, usable_cpus
+from asyncrl.system import install_hint, local_world_size, usable_cpus
 
 
 def default_workers() -> int:
@@ -406,9 +406,11 @@ class Config:
         if self.serial:
             self._validate_serial()
         for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
-                     "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers"):
+                     "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers", "hidden_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        if not 0 <= self.seed < 2**31:  # numpy, torch and the envs take it (plus worker offsets) as a seed
+            raise ConfigError(f"--seed must be in 0..{2**31 - 1} (got {self.seed})")
         for name in ("frames", "seconds", "learner_threads", "max_policy_lag", "lr_warmup"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
@@ -509,9 +511,9 @@ class Config:
         if self.eval_video and not self.eval_every:
             raise ConfigError("--eval-video records evaluation episodes; add --eval-every FRAMES")
         if self.eval_video and not all(importlib.util.find_spec(m) for m in ("imageio", "imageio_ffmpeg", "PIL")):
-            raise ConfigError("--eval-video needs imageio, imageio-ffmpeg and pillow: pip install 'asyncrl[video]'")
+            raise ConfigError("--eval-video needs imageio, imageio-ffmpeg and pillow: " + install_hint("video"))
         if self.wandb and importlib.util.find_spec("wandb") is None:
-            raise ConfigError("--wandb needs the wandb package: pip install 'asyncrl[wandb]'")
+            raise ConfigError("--wandb needs the wandb package: " + install_hint("wandb"))
 
     def _validate_scaling(self) -> None:
         from asyncrl.scaling import LR_RULES, SCALES

@@ -51,6 +51,9 @@ def preflight(cfg: Config, specs: EnvSpecs | None = None, *, dry: bool = False,
     `prepare_run_dir` writes the run directory.
     """
     validate(cfg)
+    warning = lag_warning(cfg)
+    if warning:
+        print(f"asyncrl: warning: {warning}", file=sys.stderr, flush=True)
     forks = not (cfg.serial or dry)
     if forks:
         check_can_fork()
@@ -78,6 +81,17 @@ def validate(cfg: Config) -> None:
     check_env_options(cfg)
     check_algo(cfg.algo)
     check_model(cfg)
+
+
+def lag_warning(cfg: Config) -> str | None:
+    """The one-line warning for `--max-policy-lag 0` with asynchronous acting (forked workers or --serial, which
+    acts two versions behind): every sample acted on before the newest update is dropped, most of the data."""
+    from asyncrl.agents.registry import OFF_POLICY
+
+    if cfg.max_policy_lag != 0 or cfg.deterministic or cfg.algo in OFF_POLICY:
+        return None
+    return ("--max-policy-lag 0 with asynchronous workers drops every sample acted on with weights an update old "
+            "(most of them); give --deterministic for lockstep on-policy training, or a lag of 1 or more")
 
 
 def check_run_dir(cfg: Config, fresh_may_exist: bool = False) -> None:

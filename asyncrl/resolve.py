@@ -39,32 +39,113 @@ RESUME_KEEPS_GIVEN = ("train_dir", "experiment", "resume")  # they find the run;
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (exit code 2), like every other configuration error."""
+    """Usage errors as one line (exit code 2), like every other configuration error, with the flag meant when a
+    given one is misspelt and the --env form of a bare positional word."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (flags are spelled out in full; see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.hint(message)}\n")
+
+    def hint(self, message: str) -> str:
+        """` (did you mean --frames? ...)` for an unrecognised flag, the --env form of a bare word, or the
+        reminder that flags are spelled out in full."""
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return " (see --help)"
+        words = message[len(prefix):].split()
+        flags = [w.split("=")[0] for w in words if w.startswith("--")]
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for flag in flags:
+            names = known if flag.startswith("--no-") else [k for k in known if not k.startswith("--no-")]
+            close = [k for k in names if k.startswith(flag)][:3] or difflib.get_close_matches(flag, names, n=1)
+            if close:
+                meant = " or ".join([", ".join(close[:-1]), close[-1]] if len(close) > 1 else close)
+                return f" (did you mean {meant}? flags are spelled out in full; see --help)"
+        if not flags and words:
+            return (f" ({self.prog} takes no positional arguments: to train on an env give --env {words[0]}; "
+                    "see --help)")
+        return " (flags are spelled out in full; see --help)"
+
+
+def count(text: str) -> int:
+    """An integer setting: `1000000`, `1_000_000` and `1e6` (a whole number in float notation) alike."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(text) from None
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
+count.__name__ = "int"  # argparse's message: "invalid int value: '1.5e0x'"
+
+# --help's sections for the settings of every --algo, by what they are for; each algorithm's own settings follow
+# under its heading (`help_groups`). A field of every --algo not named here lands under "other settings".
+TASKS: dict[str, tuple[str, ...]] = {
+    "what to train": ("env", "env_kwargs", "algo", "hidden_size", "max_episode_frames", "info_keys",
+                      "doom_measurements"),
+    "how long, and where the run goes": ("frames", "seconds", "seed", "train_dir", "experiment", "resume", "train"),
+    "learning (every --algo)": ("batch_size", "lr", "lr_scaling", "lr_reference_batch", "gamma"),
+    "speed: processes, envs and devices": ("workers", "envs_per_worker", "worker_splits", "policy_workers",
+                                           "rollout", "env_threads", "env_vectorization", "device", "serial",
+                                           "learner_threads", "policy_nice", "rollout_nice"),
+    "evaluation, checkpoints and logging": ("eval_every", "eval_episodes", "eval_video", "report_interval",
+                                            "checkpoint_interval", "keep_checkpoints", "wandb", "wandb_project",
+                                            "wandb_entity", "wandb_group", "wandb_tags"),
+    "failures and timeouts": ("hang_timeout", "dist_timeout", "max_env_error_rate"),
+}
+OTHER_TASK = "other settings (every --algo)"
+USAGE = "%(prog)s --env ENV [--frames N] [--algo ALGO] [--FLAG VALUE ...]"
+
+EXAMPLES = """examples:
+  asyncrl-train --env CartPole-v1 --frames 300000         learn CartPole-v1 (train_dir/CartPole-v1)
+  asyncrl-train --env CartPole-v1 --frames 1e6 --seed 3 --experiment cartpole_s3
+  asyncrl-train --env CartPole-v1 --resume                continue train_dir/CartPole-v1 from its checkpoint
+  asyncrl-train --env Pendulum-v1 --algo sac --frames 50000
+  asyncrl-train --config run.yaml --print-config          the settings a run would use; nothing starts
+afterwards: asyncrl-diagnose, asyncrl-plot, asyncrl-enjoy and asyncrl-export take the run directory
+(train_dir/EXPERIMENT); docs/tools.md explains the console output."""
+
+
+def task_of(name: str) -> str:
+    """The --help section of a setting of every --algo (`TASKS`)."""
+    return next((task for task, names in TASKS.items() if name in names), OTHER_TASK)
 
 
 def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
     """One --flag per Config field, with the field's default, the presets that change it, and its help; plus
-    --config FILE and --print-config. The fields' flags are grouped by the algorithms they apply to (their
-    `applies_to`, see `help_groups`), so a new field lands under its heading by declaring its "algos" once.
+    --config FILE, --print-config and --version. The settings of every algorithm are grouped by task (`TASKS`),
+    each algorithm's own under the heading of the algorithms they apply to (their `applies_to`, see
+    `help_groups`), so a new field lands under its heading by declaring its "algos" once.
 
     Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
     """
-    parser = _OneLineParser(prog=prog, description="Train an agent with asynchronous APPO + V-trace.",
-                            allow_abbrev=False)
+    from asyncrl import __version__
+
+    parser = _OneLineParser(prog=prog, usage=USAGE, epilog=EXAMPLES, allow_abbrev=False,
+                            description="Train an agent with asynchronous APPO + V-trace (or SAC, TD3, REDQ).",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="a YAML (.yaml, .yml) or JSON file of settings (keys: the flags' names, with - or _); "
                              "command-line flags win over it, it wins over the presets and defaults")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved configuration as JSON and exit (nothing is created)")
     defaults = Config()
-    groups = {algos: parser.add_argument_group(help_group_title(algos)) for algos in help_groups()}
+    tasks = [*TASKS, OTHER_TASK]
+    used = {task_of(f.name) for f in dataclasses.fields(Config) if f.metadata.get("cli", True)
+            and applies_to(f) == ALGOS}
+    sections = {task: parser.add_argument_group(task) for task in tasks if task in used}
+    groups = {algos: parser.add_argument_group(help_group_title(algos)) for algos in help_groups()
+              if algos != ALGOS}
     for f in dataclasses.fields(Config):
         if not f.metadata.get("cli", True):
             continue
-        group = groups[applies_to(f)]
+        group = sections[task_of(f.name)] if applies_to(f) == ALGOS else groups[applies_to(f)]
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         presets = "".join(f"; {name} preset: {values[f.name]}" for name, values in PRESETS.items()
@@ -76,15 +157,24 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                                help=f"{help_text} (default: %(default)s{presets})")
         else:
-            kind = type(default)
+            kind = count if type(default) is int else type(default)
             group.add_argument(flag, dest=f.name, type=kind, default=default,
-                               help=f"{help_text} (default: {default}{presets})")
+                               help=_with_default(help_text, default, presets))
     return parser
+
+
+def _with_default(help_text: str, default: Any, presets: str) -> str:
+    """`help (default: X; presets)`; an empty default is left out ("experiment name (default: the env name)"
+    says it in words; "W&B group" has none)."""
+    if default != "":
+        return f"{help_text} (default: {default}{presets})"
+    return f"{help_text} ({presets.removeprefix('; ')})" if presets else help_text
 
 
 def help_groups() -> list[tuple[str, ...]]:
     """The --help sections, one per distinct `applies_to` of the command-line fields: the settings of every
-    algorithm first, then the others in the order their first field is declared in Config."""
+    algorithm first (shown by task, `TASKS`), then the others in the order their first field is declared in
+    Config."""
     seen = dict.fromkeys(applies_to(f) for f in dataclasses.fields(Config) if f.metadata.get("cli", True))
     return sorted(seen, key=lambda algos: algos != ALGOS)  # a stable sort keeps the declaration order
 
@@ -299,7 +389,8 @@ def read_config_file(path: str) -> dict[str, Any]:
 def check_settings(values: dict[Any, Any], where: str) -> dict[str, Any]:
     """Settings keyed by Config field names (with - or _), each of its field's type; ConfigError otherwise.
 
-    Integers are accepted for float fields, and so are numeric strings (YAML reads `1e-3` as a string).
+    Integers are accepted for float fields, and so are numeric strings (YAML reads `1e-3` as a string); whole
+    numbers in float notation for integer fields (`frames: 1.0e+6`, `asyncrl.train(frames=1e6)`).
     """
     fields = {f.name: f for f in dataclasses.fields(Config)}
     defaults = Config()
@@ -318,6 +409,8 @@ def check_settings(values: dict[Any, Any], where: str) -> dict[str, Any]:
 
 
 def _typed(value: Any, kind: type, what: str) -> Any:
+    if kind is int and isinstance(value, float) and value.is_integer():  # frames: 1e6 (JSON), asyncrl.train(frames=1e6)
+        return int(value)
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind is float and isinstance(value, str):

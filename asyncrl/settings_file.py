@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 
@@ -27,4 +28,8 @@ def load_settings_file(path: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        if not path.endswith(".json"):  # run.toml, run.ini: not a format read here, whatever its contents
+            suffix = os.path.splitext(path)[1] or "a file without a suffix"
+            raise SettingsFileError(f"{path}: settings files are YAML (.yaml, .yml) or JSON (.json), not "
+                                    f"{suffix}") from None
         raise SettingsFileError(f"{path} is not valid JSON: {exc}") from None

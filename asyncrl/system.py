@@ -14,6 +14,13 @@ import math
 import os
 
 CGROUP_V2_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra: asyncrl is installed from its checkout (it is not on PyPI), so
+    `pip install 'asyncrl[doom]'` would look for another package; `pip install -e '.[doom]'` in the checkout works."""
+    return f"pip install -e '.[{extra}]' in the asyncrl checkout"
+
 CGROUP_V1_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
 CGROUP_V1_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
 

@@ -236,7 +236,7 @@ def test_missing_extra_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "doom_basic" in lines[0] and "pip install 'asyncrl[doom]'" in lines[0]
+    assert "doom_basic" in lines[0] and "pip install -e '.[doom]'" in lines[0]
 
 
 def test_nature_cnn_takes_the_wide_frames() -> None:

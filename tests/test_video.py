@@ -45,6 +45,20 @@ def test_cartpole_video_is_its_rendering(tmp_path: Path, capsys: pytest.CaptureF
     assert not (frames[0] == frames[-1]).all()  # the cart moves
 
 
+def test_cartpole_video_is_quiet_on_a_headless_machine(tmp_path: Path) -> None:
+    """No sound card and no display (this machine, CI): pygame's renderer prints no `ALSA lib ...` lines, as SDL
+    is pointed at its dummy drivers (`asyncrl.diagnostics.screens.quiet_headless`); stderr stays empty."""
+    import os
+
+    checkpoint_for(tmp_path, "CartPole-v1")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_AUDIODRIVER",
+                                                            "SDL_VIDEODRIVER")}
+    script = Path(sys.executable).with_name("asyncrl-enjoy")
+    result = subprocess.run([str(script), str(tmp_path), "--episodes", "1", "--max-steps", "20", "--video",
+                             str(tmp_path / "cartpole.gif")], capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
 def test_env_without_render_falls_back_to_observations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     checkpoint_for(tmp_path, "tests.custom_env:make_echo_env")
     video = tmp_path / "echo.gif"

@@ -80,4 +80,4 @@ def test_wandb_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pyte
     code = train_main(["--env", "CartPole-v1", "--train-dir", str(tmp_path), "--wandb"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "pip install 'asyncrl[wandb]'" in err
+    assert "pip install -e '.[wandb]' in the asyncrl checkout" in err

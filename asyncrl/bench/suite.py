@@ -18,6 +18,7 @@ from asyncrl.bench.settings import (
     NULL_WIDE_ENVS_PER_WORKER,
     BenchSettings,
 )
+from asyncrl.system import install_hint
 
 SUITE_ENVS = ("atari_pong", "CartPole-v1")
 ENV_MODES = ("env_only", "sampler", "train", "naive")
@@ -55,7 +56,7 @@ def vizdoom_missing() -> str | None:
     try:
         import vizdoom  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - ImportError, or a broken native library
-        return f"vizdoom does not import ({type(exc).__name__}: {exc}); pip install 'asyncrl[doom]'"
+        return f"vizdoom does not import ({type(exc).__name__}: {exc}); {install_hint('doom')}"
     return None
 
 

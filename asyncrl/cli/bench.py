@@ -24,6 +24,7 @@ from asyncrl.bench.settings import (
     TRAINER_MODES,
     BenchSettings,
 )
+from asyncrl.cli.errors import OneLineParser
 
 DESCRIPTION = """Measure asyncrl's throughput (agent steps/s and frames/s) on this machine.
 
@@ -46,8 +47,8 @@ train and null the windows are consecutive metrics.jsonl records of one asyncrl-
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="asyncrl-bench", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="asyncrl-bench", description=DESCRIPTION,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=list(MODES), help="run one mode alone and print one JSON record")
     p.add_argument("--env", help="env name (one mode: default atari_pong; suite: only this env)")
     p.add_argument("--quick", action="store_true", help="the short suite (3 windows of 3 s per figure, 5 s for train)")

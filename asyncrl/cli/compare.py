@@ -6,12 +6,12 @@ import argparse
 import json
 import os
 
-from asyncrl.cli.errors import fail
+from asyncrl.cli.errors import OneLineParser, fail
 from asyncrl.diagnostics.rundir import RunDirError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="asyncrl-compare", description=__doc__.split(":", 1)[1].strip())
+    parser = OneLineParser(prog="asyncrl-compare", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("groups", nargs="+", metavar="GROUP", help="a directory of run directories (one per seed)")
     parser.add_argument("--metric", help="metrics.jsonl key to compare (default: episode_return_mean; with --window "
                         "episode_return_window)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from asyncrl.cli.errors import fail
+from asyncrl.cli.errors import OneLineParser, fail
 from asyncrl.diagnostics.rundir import RunDirError, load_run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="asyncrl-diagnose", description=" ".join(__doc__.split(":", 1)[1].split()))
+    parser = OneLineParser(prog="asyncrl-diagnose", description=" ".join(__doc__.split(":", 1)[1].split()))
     parser.add_argument("run_dir", help="the run's directory (TRAIN_DIR/EXPERIMENT)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--shots", action="store_true",

@@ -9,8 +9,9 @@ import sys
 
 import numpy as np
 
+from asyncrl.cli.errors import OneLineParser
 from asyncrl.diagnostics.rundir import RunDirError, require_dir
-from asyncrl.diagnostics.screens import Screens, screens_for
+from asyncrl.diagnostics.screens import Screens, quiet_headless, screens_for
 from asyncrl.diagnostics.video import VideoError, check_video_path, save_video
 from asyncrl.envs.base import EnvError
 
@@ -18,7 +19,7 @@ MAX_VIDEO_FRAMES = 5000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="asyncrl-enjoy", description=__doc__.split(":", 1)[1].strip())
+    parser = OneLineParser(prog="asyncrl-enjoy", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("run_dir", help="the run's directory (TRAIN_DIR/EXPERIMENT)")
     parser.add_argument("--episodes", type=int, default=5, help="full episodes to play (default: %(default)s)")
     parser.add_argument("--video", metavar="FILE", help="save the first episode as FILE (.gif or .mp4): the env's "
@@ -92,6 +93,8 @@ def play(head, env, args: argparse.Namespace, screens: Screens | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.video:
+        quiet_headless()  # before any env or renderer loads SDL
     try:
         if args.episodes < 1:
             raise RunDirError("--episodes must be at least 1")

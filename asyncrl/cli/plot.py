@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 
-from asyncrl.cli.errors import fail
+from asyncrl.cli.errors import OneLineParser, fail
 from asyncrl.diagnostics.rundir import RunDirError, load_run
+
+MIN_POINTS = 2  # records with the metric a run needs for a line
 
 
 def labels(paths: list[str]) -> list[str]:
@@ -29,7 +30,7 @@ def seeds_curve(run_dirs: list[str], out: str, levels: list[float]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="asyncrl-plot", description=__doc__.split(":", 1)[1].strip())
+    parser = OneLineParser(prog="asyncrl-plot", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--x", choices=("frames", "time"), default="frames", help="x axis (default: frames)")
     parser.add_argument("--out", default="learning_curves.png", help="PNG to write (default: %(default)s)")
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     missing = [p for p, r in zip(args.run_dirs, runs) if not any(args.metric in rec for rec in r.records)]
     if missing:
         return fail("plot", f"{missing[0]} has no {args.metric!r} in metrics.jsonl; name a key it has")
+    for path, run in zip(args.run_dirs, runs):
+        points = sum(1 for rec in run.records if rec.get(args.metric) is not None)
+        if points < MIN_POINTS:
+            return fail("plot", f"{path} has {points} record{'' if points == 1 else 's'} with {args.metric!r}, too "
+                                f"few for a curve (it needs {MIN_POINTS}): train longer, or with a shorter "
+                                "--report-interval")
     from asyncrl.diagnostics.plots import compare_runs
 
     try:

@@ -6,11 +6,12 @@ import argparse
 import os
 import sys
 
+from asyncrl.cli.errors import OneLineParser
 from asyncrl.sweep import SweepError, cores_per_run, load_sweep, plan, run_all
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="asyncrl-sweep", description=__doc__.split(":", 1)[1].strip())
+    parser = OneLineParser(prog="asyncrl-sweep", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("file", metavar="FILE", help="YAML or JSON: {base: {...}, grid: {flag: [values]}, "
                                                      "seeds: [...], group: NAME}")
     parser.add_argument("--concurrent", type=int, default=1, metavar="K",

@@ -15,6 +15,8 @@ from typing import Any
 from asyncrl.diagnostics.tb_tags import tb_tag
 from asyncrl.diagnostics.thread_errors import surfaced
 
+STOP_RECORD = "stopped.json"  # written when a run closes its metrics (how it ended); removed while a run writes them
+
 
 class MetricsWriter:
     """Appends to `RUN_DIR/metrics.jsonl` and writes TensorBoard events without importing torch."""
@@ -23,7 +25,13 @@ class MetricsWriter:
         os.makedirs(run_dir, exist_ok=True)
         self.sinks = list(sinks)  # e.g. W&B (`wandb_logger.py`): get the same tags and steps as TensorBoard
         self.path = os.path.join(run_dir, "metrics.jsonl")
+        self.stop_path = os.path.join(run_dir, STOP_RECORD)
+        self._last: dict[str, Any] = {}  # the newest record's run time and frames, for the stop record
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - kept open for the whole run
+        try:  # a resumed run is running again: the stop record of its last launch no longer holds
+            os.remove(self.stop_path)
+        except FileNotFoundError:
+            pass
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._tb = EventFileWriter(os.path.join(run_dir, "tb"), flush_secs=10)
@@ -35,6 +43,7 @@ class MetricsWriter:
 
     def write(self, record: dict[str, Any], step: int) -> None:
         self._file.write(json.dumps(_finite(record), default=_jsonable, allow_nan=False) + "\n")
+        self._last = {k: record[k] for k in ("time", "frames", "fatal") if k in record}
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -66,13 +75,30 @@ class MetricsWriter:
         """Close metrics.jsonl, TensorBoard's file and the sinks, each even if one before it fails; then raise the
         first OSError (a full disk)."""
         errors = []
-        for close in (self._file.close, self._tb.close, *(sink.close for sink in self.sinks)):
+        for close in (self._file.close, self._write_stop_record, self._tb.close, *(sink.close for sink in self.sinks)):
             try:
                 close()
             except OSError as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+    def _write_stop_record(self) -> None:
+        """`stopped.json`: the wall time the run closed its metrics, and its last record's run time and frames (and
+        error), so `asyncrl-diagnose` tells a run that ended from one still running."""
+        with open(self.stop_path, "w") as f:
+            json.dump({"stopped_at": time.time(), **_finite(self._last)}, f, default=_jsonable)
+
+
+def read_stop_record(run_dir: str) -> dict[str, Any] | None:
+    """The run's stop record (`MetricsWriter.close`), or None while it runs (or for a run from before it)."""
+    try:
+        with open(os.path.join(run_dir, STOP_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _finite(record: dict[str, Any]) -> dict[str, Any]:

@@ -5,13 +5,22 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from asyncrl.diagnostics.advice import next_steps
-from asyncrl.diagnostics.bottleneck import LABELS, REMEDIES, REPLAY_TRAINING, classify, dominant
+from asyncrl.diagnostics.bottleneck import (
+    LABELS,
+    REMEDIES,
+    REPLAY_TRAINING,
+    classify,
+    dominant,
+    solved_note,
+    solved_return,
+)
 from asyncrl.diagnostics.health import Thresholds, critic_settle_updates, detect_over_run
 from asyncrl.diagnostics.rundir import RunData
 
@@ -39,13 +48,29 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def status(run: RunData) -> str:
-    last = run.records[-1]
+    """How the run ended, from its stop record (`stopped.json`, written as it closes its metrics) and last
+    record; a run without one still runs, or was killed before it could write one (or predates the record)."""
+    last, stopped = run.records[-1], run.stopped
     if last.get("fatal"):
         return f"stopped with an error: {last['fatal']}"
+    if stopped is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stopped.get("stopped_at", 0)))
+        return f"finished: stopped at {stopped.get('frames', last.get('frames', 0)):,} frames ({when})"
     interval = float(run.config.get("report_interval", 5.0))
     if run.metrics_age_s < 3 * interval + 10:
-        return "running (metrics written in the last few report intervals)"
-    return "finished (or stopped)"
+        return "running (no stop record yet; metrics written in the last few report intervals)"
+    return "not running: no stop record (killed, or a run from before stop records) and no metrics for a while"
+
+
+def device_used(run: RunData) -> str:
+    """The device the run trained on: --device as given, or for `auto` what the run saw (a sampled GPU or none)."""
+    device = str(run.config.get("device", "?"))
+    if device != "auto":
+        return device
+    if run.config.get("serial"):  # the serial loop samples no GPU: nothing recorded says which one it used
+        return "auto (not recorded by --serial runs)"
+    gpu = any(_num(r.get("gpu_util")) for r in run.records)
+    return f"{'cuda' if gpu else 'cpu'} (--device auto{'' if gpu else ': no GPU was in use'})"
 
 
 def entropy_floor(records: Sequence[dict]) -> float | None:
@@ -53,7 +78,9 @@ def entropy_floor(records: Sequence[dict]) -> float | None:
     return floors[-1] if floors else None
 
 
-def bottleneck_section(records: Sequence[dict]) -> list[str]:
+def bottleneck_section(records: Sequence[dict], env: str = "") -> list[str]:
+    """The run's dominant bottleneck and what would lift it; for a run that reached `env`'s solved return, that
+    nothing needs to change."""
     steady = records[1:] if len(records) > 2 else records  # the first interval includes start-up
     kinds = [r.get("bottleneck") or (v.kind if (v := classify(r)) else None) for r in steady]
     kind = dominant(kinds)
@@ -63,6 +90,7 @@ def bottleneck_section(records: Sequence[dict]) -> list[str]:
     spread = ", ".join(f"{LABELS[k]} {n}" for k, n in counts.most_common())
     remedy = REPLAY_TRAINING if kind == "training" and _median(steady, "learner_update_frac") is not None \
         else REMEDIES[kind]
+    remedy = solved_remedy(records, env) or remedy
     lines = [f"**{LABELS[kind]}** in {counts[kind]} of {sum(counts.values())} report intervals ({spread}).", "",
              f"What to do: {remedy}.", "", "| stage | median share of wall time |", "|---|---|"]
     for key in STAGE_KEYS:
@@ -73,6 +101,15 @@ def bottleneck_section(records: Sequence[dict]) -> list[str]:
     if reasons:
         lines += ["", f"Latest evidence: {reasons[-1]}."]
     return lines
+
+
+def solved_remedy(records: Sequence[dict], env: str) -> str:
+    """`solved_note` for a run whose last mean return reached gymnasium's solved return for `env`, else ''."""
+    threshold = solved_return(env) if env else None
+    returns = [r["episode_return_mean"] for r in records if _num(r.get("episode_return_mean"))]
+    if threshold is None or not returns or returns[-1] < threshold:
+        return ""
+    return solved_note(env, threshold, float(returns[-1]))
 
 
 def thresholds(config: dict) -> Thresholds:
@@ -130,7 +167,7 @@ def summary_section(run: RunData) -> list[str]:
     return [
         f"- env: `{cfg.get('env', '?')}`; {cfg.get('workers', '?')} rollout workers x "
         f"{cfg.get('envs_per_worker', '?')} envs, {cfg.get('policy_workers', '?')} policy worker(s), "
-        f"batch {cfg.get('batch_size', '?')}, lr {cfg.get('lr', '?')}, device {cfg.get('device', '?')}",
+        f"batch {cfg.get('batch_size', '?')}, lr {cfg.get('lr', '?')}, device {device_used(run)}",
         f"- status: {status(run)}",
         f"- {last.get('frames', 0):,} frames in {_fmt(last.get('time'), '.0f')} s; median "
         f"{_fmt(_median(recs, 'fps'), ',.0f')} FPS; {len(recs)} reports",
@@ -146,7 +183,7 @@ def build_markdown(run: RunData, figures: dict[str, str]) -> str:
     th = thresholds(run.config)
     off_policy = off_policy_section(records, th)
     parts = [f"# Diagnosis of `{run.path}`", "", *summary_section(run), "",
-             "## Throughput bottleneck", "", *bottleneck_section(records), "",
+             "## Throughput bottleneck", "", *bottleneck_section(records, str(run.config.get("env", ""))), "",
              *(["## Replay and critics", "", *off_policy, ""] if off_policy else []),
              "## Problems detected", "", *problems_section(records, th), "",
              "## What to try next", "", *[f"{i}. {s}" for i, s in enumerate(

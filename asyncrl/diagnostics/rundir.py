@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.diagnostics.metrics import read_metrics, read_stop_record
 
 
 class RunDirError(ValueError):
@@ -19,6 +19,7 @@ class RunData:
     path: str
     records: list[dict[str, Any]]
     config: dict[str, Any]
+    stopped: dict[str, Any] | None = None  # the stop record (`stopped.json`); None while the run runs
 
     @property
     def name(self) -> str:
@@ -55,4 +56,4 @@ def load_run(path: str) -> RunData:
             config = json.load(f)
     except (OSError, json.JSONDecodeError):
         pass
-    return RunData(path, records, config)
+    return RunData(path, records, config, read_stop_record(path))

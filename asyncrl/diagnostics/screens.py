@@ -9,10 +9,31 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from asyncrl.diagnostics.video import frame_from_obs
 from asyncrl.envs.base import VecEnv
+
+SOUND_CARDS = "/proc/asound/cards"
+
+
+def quiet_headless(environ: dict[str, str] | None = None, cards: str = SOUND_CARDS) -> list[str]:
+    """On a machine without a sound card or a display, point SDL (pygame's renderers) at its dummy drivers, so
+    rendering prints no `ALSA lib ... cannot find card` lines; a driver the user set is kept. The names set."""
+    env = os.environ if environ is None else environ
+    try:
+        with open(cards) as f:
+            sound = "no soundcards" not in f.read()
+    except OSError:
+        sound = False
+    wanted = {"SDL_AUDIODRIVER": not sound,
+              "SDL_VIDEODRIVER": not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))}
+    set_now = [name for name, dummy in wanted.items() if dummy and name not in env]
+    for name in set_now:
+        env[name] = "dummy"
+    return set_now
 
 
 class Screens:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncrl.config import Config, ConfigError
+from asyncrl.system import install_hint
 
 ID_FILE = "wandb_run_id"
 
@@ -25,7 +26,7 @@ class WandbLogger:
         try:
             import wandb
         except ImportError:
-            raise ConfigError("--wandb needs the wandb package: pip install 'asyncrl[wandb]'") from None
+            raise ConfigError("--wandb needs the wandb package: " + install_hint("wandb")) from None
         self._wandb = wandb
         self.failed = False
         tags = [t.strip() for t in cfg.wandb_tags.split(",") if t.strip()]

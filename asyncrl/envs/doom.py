@@ -42,6 +42,7 @@ import numpy as np
 import psutil
 
 from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, EpisodeTracker, ObsKey, VecEnv
+from asyncrl.system import install_hint
 
 DOOM_PREFIX = "doom_"
 FRAMESKIP = 4
@@ -52,7 +53,7 @@ OBS_SHAPE = (3, HEIGHT, WIDTH)
 GAME_VARIABLES = ("HEALTH", "ARMOR", "SELECTED_WEAPON_AMMO", "KILLCOUNT", "FRAGCOUNT")
 FRAGS = GAME_VARIABLES.index("FRAGCOUNT")
 SCREEN_KEY, MEASUREMENTS_KEY = "screen", "measurements"  # the Dict observation's keys (--doom-measurements)
-INSTALL_HINT = "pip install 'asyncrl[doom]'"
+INSTALL_HINT = install_hint("doom")
 # Engines outlive their controlling process and ignore SIGTERM. A shell holding the read end of a pipe from
 # this process SIGKILLs them when the pipe closes, i.e. when this process dies without close() (even by
 # SIGKILL), then removes their directory and the shared memory and message queues close() would have removed.

@@ -45,11 +45,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
+from asyncrl.system import install_hint
 
 if TYPE_CHECKING:
     import jax
 
-INSTALL_HINT = "pip install 'asyncrl[gymnax]'"
+INSTALL_HINT = install_hint("gymnax")
 
 
 def _jax_modules() -> tuple[Any, Any, Any]:

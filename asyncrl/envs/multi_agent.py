@@ -40,6 +40,7 @@ from asyncrl.envs.base import (
 )
 from asyncrl.envs.gym_env import EnvActions, spaces_env_spec
 from asyncrl.envs.registry import PETTINGZOO_PREFIX
+from asyncrl.system import install_hint
 
 
 def is_multi_agent(env: object) -> bool:
@@ -227,7 +228,7 @@ def _pettingzoo_maker(name: str, env_kwargs: dict[str, Any] | None = None) -> Ca
     """make(): `pettingzoo:<family>.<env>` as that PettingZoo module's parallel_env(**env_kwargs)."""
     path = name[len(PETTINGZOO_PREFIX):]
     if importlib.util.find_spec("pettingzoo") is None:
-        raise EnvError(f"{name!r} needs the multiagent extra (pettingzoo): pip install 'asyncrl[multiagent]'")
+        raise EnvError(f"{name!r} needs the multiagent extra (pettingzoo): {install_hint('multiagent')}")
     try:
         module = importlib.import_module(f"pettingzoo.{path}")
     except ImportError as e:

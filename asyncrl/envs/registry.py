@@ -33,6 +33,7 @@ import gymnasium as gym
 from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv, first_line
 from asyncrl.envs.doom import DOOM_PREFIX
+from asyncrl.system import install_hint
 from asyncrl.user_code import cwd_on_path
 
 ATARI_PREFIX = "atari_"
@@ -228,7 +229,7 @@ def _make_gym(name: str, render_mode: str | None = None, env_kwargs: dict[str, A
     try:
         return gym.make(name, **(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
     except (gym.error.Error, TypeError) as e:  # TypeError: a constructor argument it does not take
-        hint = " (pip install 'asyncrl[mujoco]')" if is_mujoco(name) and "mujoco" in str(e).lower() else ""
+        hint = f" ({install_hint('mujoco')})" if is_mujoco(name) and "mujoco" in str(e).lower() else ""
         raise EnvError(f"cannot make gymnasium env {name!r}: {first_line(e)}{hint}") from e
 
 
