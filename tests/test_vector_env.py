@@ -131,7 +131,8 @@ def test_gymnax_without_its_extra_is_named_in_one_line(monkeypatch: pytest.Monke
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("gymnax", "jax") else
                         real(name, *a))
-    with pytest.raises(EnvError, match=r"needs the gymnax extra \(gymnax and jax\): pip install 'asyncrl\[gymnax\]'"):
+    with pytest.raises(EnvError, match=r"needs the gymnax extra \(gymnax and jax\): "
+                                       r"pip install -e '\.\[gymnax\]' in the asyncrl checkout"):
         make_env_spec("gymnax:Breakout-MinAtar")
 
 
