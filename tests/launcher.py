@@ -81,8 +81,9 @@ class Zygote:
                 answer = json.loads(line)
                 if "exit" in answer:
                     self.exits[answer["exit"]] = answer["code"]
-                else:
+                else:  # an exit recorded under this pid before now was an earlier command's (a reused pid)
                     self.pids[answer["id"]] = answer["pid"]
+                    self.exits.pop(answer["pid"], None)
             timeout = 0.0
 
     def start(self, tool: str, args: list[str], stdout: Path, stderr: Path, cwd: str | Path | None,
@@ -100,8 +101,7 @@ class Zygote:
             if time.monotonic() > deadline:
                 raise RuntimeError("the test launcher's zygote did not answer within 60 s")
             self.read_answers(1.0)
-        pid = self.pids.pop(request_id)
-        self.exits.pop(pid, None)  # an earlier command's exit under the same (reused) pid
+        pid = self.pids.pop(request_id)  # its exit may be recorded already: read with its pid, it stays
         shown = [sys.executable, tool[len(SCRIPT):]] if tool.startswith(SCRIPT) else [f"asyncrl-{tool}"]
         return Launched(self, pid, [*shown, *request["args"]])
 
