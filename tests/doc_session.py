@@ -55,7 +55,8 @@ from tests.doc_commands import (
 BUDGET = "600"  # --frames of every training run, raised to FIRST_UPDATE's where that is more
 # enough for each of the preset's envs to end an episode that a later curve or comparison reads (on a quiet machine
 # the first update's overshoot does it; under load it may not): PPO on Pendulum has 16 envs of 200 steps
-EPISODE_BUDGET = {"Pendulum-v1": "3600"}
+# CartPole-v1: a few report intervals of 0.05 s (asyncrl-plot, which README.md runs next, draws a curve from two)
+EPISODE_BUDGET = {"Pendulum-v1": "3600", "CartPole-v1": "12000"}
 # --algo sac|td3|redq: a few updates after a warm-up long enough for each of the preset's Pendulum envs (8 for SAC and
 # TD3, 2 for REDQ) to end its first 200-step episode (results.md's windowed returns need them); REDQ at 1 update
 # per step, not its 20
@@ -254,6 +255,8 @@ class DocSession:
         if cfg.algo == "appo" and "--resume" not in argv and cfg.frames < first_update_frames(cfg):
             argv = replaced(argv, {"--frames": str(first_update_frames(cfg))})
             cfg = resolved(argv, cwd)
+        if "--report-interval" not in argv:  # a few records in a short run: asyncrl-plot draws a curve from two
+            argv = [*argv, "--report-interval", "0.05"]
         key, run_dir = shape(cfg, cwd)
         resume = "--resume" in argv
         if not resume and run_dir.exists():  # an earlier alternative wrote there: keep it aside
