@@ -124,7 +124,7 @@ def build_parser(prog: str = "asyncrl-train") -> argparse.ArgumentParser:
 
     Abbreviations are refused: `--gam` must not silently mean `--gamma` (and then lose to a preset).
     """
-    from asyncrl import __version__
+    from asyncrl.version import __version__
 
     parser = _OneLineParser(prog=prog, usage=USAGE, epilog=EXAMPLES, allow_abbrev=False,
                             description="Train an agent with asynchronous APPO + V-trace (or SAC, TD3, REDQ).",

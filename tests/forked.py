@@ -1,5 +1,5 @@
 """Run a function in a forked child process, as the runner forks its workers, and check that it exited cleanly
-(tests/test_shm_buffers.py, tests/test_worker_handshake.py)."""
+(tests/test_shm_buffers.py, tests/test_worker_handshake.py, tests/test_weight_refresh.py)."""
 
 from __future__ import annotations
 

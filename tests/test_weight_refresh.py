@@ -8,10 +8,8 @@ rollout workers or the runner (it asks for actions, or for an evaluation).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -28,37 +26,12 @@ from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, num_slo
 from asyncrl.runtime.roles.learner import WeightsPublisher
 from asyncrl.runtime.stages.evaluation import SEED_OFFSET
 from asyncrl.shm import SharedArrays, SharedWeights
+from tests.forked import fork, join_ok
 
-FORK = mp.get_context("fork")
 SPEC = make_env_spec("Pendulum-v1")
 # Each wait ends as soon as the answer is there; the bound is for a loaded machine, where the evaluator (at
 # nice 19) took 13 s for three evaluations that take 0.7 s on idle cores.
 WAIT_S = 120.0
-
-
-def fork(target: Callable[..., None], *args: object) -> mp.process.BaseProcess:
-    def main() -> None:
-        try:
-            target(*args)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            os._exit(1)
-        os._exit(0)
-
-    proc = FORK.Process(target=main, daemon=True)
-    proc.start()
-    return proc
-
-
-def join_ok(proc: mp.process.BaseProcess) -> None:
-    proc.join(20)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        pytest.fail("child process hung")
-    assert proc.exitcode == 0, f"child failed with exit code {proc.exitcode} (its traceback is on stderr)"
 
 
 class Learner:

@@ -69,12 +69,12 @@ def look_inside(args: argparse.Namespace) -> int:
 
     try:
         if args.shots:
-            from asyncrl.diagnostics.doom_shots import SEED, doom_shots
+            from asyncrl.cli.doom_shots import SEED, doom_shots
 
             doom_shots(args.run_dir, 20 if args.episodes is None else args.episodes, args.greedy,
                        SEED if args.seed is None else args.seed)
         else:
-            from asyncrl.diagnostics.core_state import SEED, core_state
+            from asyncrl.cli.core_state import SEED, core_state
 
             core_state(args.run_dir, 600 if args.steps is None else args.steps,
                        SEED if args.seed is None else args.seed)

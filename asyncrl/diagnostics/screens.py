@@ -99,7 +99,8 @@ class _AtariScreens(Screens):
 def screens_for(env: VecEnv, name: str) -> Screens:
     """The best way to show env 0 of `env` (env `name`). Call `reset` after the env's reset and before the
     first `frame`; then `note` says (one line) whether the video falls back to observations."""
-    from asyncrl.envs.registry import ATARI_PREFIX, backend_for
+    from asyncrl.envs.names import ATARI_PREFIX
+    from asyncrl.envs.registry import backend_for
 
     if backend_for(name).name == "atari":
         return _AtariScreens(name[len(ATARI_PREFIX):])

@@ -17,7 +17,7 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from asyncrl.envs.base import EnvSpec, EpisodeStats, EpisodeTracker, VecEnv
-from asyncrl.envs.registry import ATARI_PREFIX, rom_ids, unknown_env
+from asyncrl.envs.names import ATARI_PREFIX, rom_ids, unknown_env
 
 FRAMESKIP = 4
 STACK = 4

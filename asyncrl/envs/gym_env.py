@@ -7,9 +7,7 @@ An env instance that raises is closed and replaced by a fresh one (new seed) and
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,11 +22,9 @@ from asyncrl.envs.base import (
     EpisodeTracker,
     ObsKey,
     VecEnv,
-    close_env,
     episode_extras,
     tuple_parts,
 )
-from asyncrl.envs.registry import gym_maker
 
 SUPPORTED = ("asyncrl supports Box observation spaces (or a Dict of 3-D image and 1-D vector Boxes) and Discrete, "
              "1-D MultiDiscrete or 1-D Box action spaces, or a Tuple of them - see docs/custom-envs.md")
@@ -265,60 +261,3 @@ class GymVecEnv(VecEnv):
     def close(self) -> None:
         for env in self.envs:
             env.close()
-
-
-def backend_spec(name: str, env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> EnvSpec:
-    """The registry's gymnasium and mujoco rows: the spec of a registered id or of what a module:callable returns
-    (a gymnasium.Env, a VectorEnv or a multi-agent env), made once and closed."""
-    make = gym_maker(name, None, env_kwargs, env_vectorization)
-    made = make(1)
-    from asyncrl.envs.multi_agent import is_multi_agent, multi_agent_spec
-
-    if is_multi_agent(made):
-        try:
-            return multi_agent_spec(name, made)
-        finally:
-            close_env(made)
-    if isinstance(made, gym.vector.VectorEnv):
-        from asyncrl.envs.vector_env import vector_env_spec
-
-        try:
-            spec = vector_env_spec(name, made)
-            return spec if getattr(make, "sized", True) else dataclasses.replace(spec, fixed_num_envs=made.num_envs)
-        finally:
-            made.close()
-    env = _check_env(name, made)
-    try:
-        return gym_env_spec(name, env)
-    finally:
-        env.close()
-
-
-def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | None,
-                env_kwargs: dict[str, Any] | None = None, env_vectorization: str = "auto") -> VecEnv:
-    """The registry's gymnasium and mujoco rows: `num_envs` envs, as one batch where the name gives a VectorEnv,
-    as env columns of a multi-agent env, or else stepped one after another (`GymVecEnv`)."""
-    make = gym_maker(name, render_mode, env_kwargs, env_vectorization)
-    made = make(num_envs)
-    if isinstance(made, gym.vector.VectorEnv):
-        from asyncrl.envs.vector_env import VectorVecEnv
-
-        return VectorVecEnv(name, lambda n: made, num_envs)
-    from asyncrl.envs.multi_agent import is_multi_agent, multi_agent_vec
-
-    if is_multi_agent(made):
-        return multi_agent_vec(name, made, lambda: make(1), num_envs)
-    first = [_check_env(name, made)]  # the first env is the one just made; the others are made as it was
-
-    def factory() -> gym.Env:
-        return first.pop() if first else _check_env(name, make(1))
-
-    return GymVecEnv(name, factory, num_envs)
-
-
-def _check_env(name: str, made: object) -> gym.Env:
-    if not isinstance(made, gym.Env):
-        from asyncrl.envs.vector_env import check_vector_env
-
-        check_vector_env(name, made, 1)  # raises: neither an Env nor a VectorEnv
-    return made  # type: ignore[return-value]

@@ -373,7 +373,7 @@ class GymnaxVectorEnv(gym.vector.VectorEnv):
 @functools.lru_cache(maxsize=16)
 def _spec_cached(name: str, kwargs_json: str) -> EnvSpec:
     from asyncrl.envs.gym_env import spaces_env_spec
-    from asyncrl.envs.registry import GYMNAX_PREFIX
+    from asyncrl.envs.names import GYMNAX_PREFIX
 
     obs, act = gymnax_spaces(name[len(GYMNAX_PREFIX):], channels_first=True, **json.loads(kwargs_json))
     return dataclasses.replace(spaces_env_spec(name, obs, act), batched=True)
@@ -390,7 +390,7 @@ def backend_vec(name: str, num_envs: int, training: bool, render_mode: str | Non
                 env_kwargs: dict[str, Any] | None = None) -> VecEnv:
     """The registry's `gymnax:<id>` row: one jitted batch of `num_envs` envs."""
     _require_gymnax(name)
-    from asyncrl.envs.registry import GYMNAX_PREFIX
+    from asyncrl.envs.names import GYMNAX_PREFIX
     from asyncrl.envs.vector_env import VectorVecEnv
 
     env_id, kwargs = name[len(GYMNAX_PREFIX):], dict(env_kwargs or {})

@@ -39,7 +39,7 @@ from asyncrl.envs.base import (
     first_line,
 )
 from asyncrl.envs.gym_env import EnvActions, spaces_env_spec
-from asyncrl.envs.registry import PETTINGZOO_PREFIX
+from asyncrl.envs.names import PETTINGZOO_PREFIX
 from asyncrl.system import install_hint
 
 

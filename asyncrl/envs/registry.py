@@ -21,26 +21,16 @@ family (`asyncrl/presets.py`; None: chosen from the env's spaces).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
-
 from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
-from asyncrl.envs.base import EnvError, EnvSpec, VecEnv, first_line
+from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX
-from asyncrl.system import install_hint
-from asyncrl.user_code import cwd_on_path
+from asyncrl.envs.names import ATARI_PREFIX, GYMNAX_PREFIX, PETTINGZOO_PREFIX, is_mujoco
 
-ATARI_PREFIX = "atari_"
-GYMNAX_PREFIX = "gymnax:"
-PETTINGZOO_PREFIX = "pettingzoo:"
-NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, "
-             "pettingzoo:<family>.<env>, null, or module:callable")
 EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
 
 
@@ -74,26 +64,20 @@ class Backend:
         return importlib.import_module(self.module).backend_vec
 
 
-def is_mujoco(name: str) -> bool:
-    """True for gymnasium's own MuJoCo tasks (HalfCheetah-v5, Hopper-v5, ...)."""
-    spec = gym.registry.get(name)
-    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
-
-
 # The first row whose `matches` accepts the name serves it; the last row takes every other name.
 BACKENDS: list[Backend] = [
     Backend("null", lambda name: name == "null", "asyncrl.envs.null_env", family="vector"),
-    Backend("doom", lambda name: name.startswith(DOOM_PREFIX), "asyncrl.envs.doom", options=("doom_measurements",),
-            family="doom"),
+    Backend("doom", lambda name: name.startswith(DOOM_PREFIX), "asyncrl.envs.doom_backend",
+            options=("doom_measurements",), family="doom"),
     Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari",
             train_options=("env_threads", "max_episode_frames"), family="atari"),
     Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env",
             options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
     Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
             options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
-    Backend("mujoco", is_mujoco, "asyncrl.envs.gym_env", options=("env_kwargs",), family="mujoco", info_keys=True),
+    Backend("mujoco", is_mujoco, "asyncrl.envs.gym_backend", options=("env_kwargs",), family="mujoco", info_keys=True),
     # a registered gymnasium id (batched where it has a vectorised implementation) or module:callable
-    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_env", options=("env_kwargs", "env_vectorization"),
+    Backend("gymnasium", lambda name: True, "asyncrl.envs.gym_backend", options=("env_kwargs", "env_vectorization"),
             info_keys=True),
 ]
 
@@ -185,115 +169,3 @@ def make_vec_env(cfg: EnvSettings, num_envs: int, *, training: bool = True, rend
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     name, backend, options = _resolve(cfg, settings, training)
     return backend.vec(name, num_envs, training, render_mode, **options)
-
-
-def rom_ids() -> list[str]:
-    """ale_py's ROM names ([] without ale_py)."""
-    try:
-        from ale_py.roms import get_all_rom_ids
-    except ImportError:
-        return []
-    return list(get_all_rom_ids())
-
-
-def _is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
-    return str(spec.entry_point).startswith("ale_py")
-
-
-def gym_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
-              vectorization: str = "auto") -> Callable[[int], object]:
-    """make(n): env `name` as a gymnasium VectorEnv of n envs where it is batched (an id's vectorised
-    implementation under --env-vectorization auto, when nothing is rendered; a module:callable returning one),
-    otherwise one gymnasium.Env (n ignored)."""
-    spec = gym.registry.get(name)
-    if spec is not None:
-        if _is_ale(spec):
-            raise _use_atari(name, spec)
-        if vectorization == "auto" and spec.vector_entry_point is not None and render_mode is None:
-            return lambda n: _make_gym_vec(name, n, env_kwargs)
-        return lambda n: _make_gym(name, render_mode, env_kwargs)
-    if ":" in name:
-        return _custom_maker(name, render_mode, env_kwargs, vectorization)
-    raise unknown_env(name)
-
-
-def _make_gym_vec(name: str, num_envs: int, env_kwargs: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
-    try:
-        return gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point", **(env_kwargs or {}))
-    except (gym.error.Error, TypeError) as e:
-        raise EnvError(f"cannot make gymnasium vector env {name!r}: {first_line(e)}; --env-vectorization loop "
-                       f"steps its envs one at a time") from e
-
-
-def _make_gym(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
-    try:
-        return gym.make(name, **(env_kwargs or {}), **({"render_mode": render_mode} if render_mode else {}))
-    except (gym.error.Error, TypeError) as e:  # TypeError: a constructor argument it does not take
-        hint = f" ({install_hint('mujoco')})" if is_mujoco(name) and "mujoco" in str(e).lower() else ""
-        raise EnvError(f"cannot make gymnasium env {name!r}: {first_line(e)}{hint}") from e
-
-
-def _custom_maker(name: str, render_mode: str | None = None, env_kwargs: dict[str, Any] | None = None,
-                  vectorization: str = "auto") -> Callable[[int], object]:
-    """make(n) for `module:callable`: the callable's result (called with num_envs=n where it takes that argument)."""
-    module_name, _, attr = name.partition(":")
-    if not module_name or not attr:
-        raise EnvError(f"custom env {name!r} must be given as module:callable")
-    cwd_on_path()  # a my_env.py beside the user, as `python -c` finds it
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise EnvError(f"cannot import module {module_name!r} for env {name!r}: {e}") from e
-    if attr in gym.registry:  # gymnasium's own `module:EnvId` form (the import registered the id)
-        return gym_maker(attr, render_mode, env_kwargs, vectorization)
-    obj = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise EnvError(f"module {module_name!r} has no attribute {attr!r} (env {name!r})") from None
-    if not callable(obj):
-        raise EnvError(f"{name!r} is not callable; it should return a gymnasium.Env or a gymnasium.vector.VectorEnv")
-    call: Callable[..., object] = obj
-    kwargs = dict(env_kwargs or {})
-    sized = _takes_num_envs(call) and "num_envs" not in kwargs
-
-    def make(num_envs: int) -> object:
-        try:
-            return call(**kwargs, **({"num_envs": num_envs} if sized else {}))
-        except TypeError as e:
-            if not kwargs:
-                raise
-            raise EnvError(f"{name!r} does not take --env-kwargs {kwargs}: {first_line(e)}") from e
-
-    make.sized = sized  # type: ignore[attr-defined]  # False: a VectorEnv it returns has a size of its own
-    return make
-
-
-def _takes_num_envs(call: Callable[..., object]) -> bool:
-    try:
-        return "num_envs" in inspect.signature(call).parameters
-    except (TypeError, ValueError):  # a builtin or C callable without a signature
-        return False
-
-
-def _use_atari(name: str, spec: gym.envs.registration.EnvSpec) -> EnvError:
-    game = spec.kwargs.get("game", "<game>")
-    return EnvError(f"{name!r} is an ale_py gymnasium id; use {ATARI_PREFIX}{game} for preprocessed Atari")
-
-
-def unknown_env(name: str) -> EnvError:
-    """The one-line error for a name no backend knows, with close matches where there are some."""
-    roms = rom_ids()  # importing ale_py also registers its gymnasium ids
-    spec = gym.registry.get(name)
-    if spec is not None and _is_ale(spec):
-        return _use_atari(name, spec)
-    by_lower = {"null": "null"}
-    for rom in roms:  # `breakout` and `atari_breakot` both suggest atari_breakout
-        by_lower[rom] = by_lower[ATARI_PREFIX + rom] = ATARI_PREFIX + rom
-    by_lower.update((k.lower(), k) for k, s in gym.registry.items() if not _is_ale(s))
-    close = difflib.get_close_matches(name.lower(), list(by_lower), n=6, cutoff=0.75)
-    matches = list(dict.fromkeys(by_lower[m] for m in close))[:3]
-    if matches:
-        return EnvError(f"unknown env {name!r}; did you mean: {', '.join(matches)}? {NAME_HELP}")
-    return EnvError(f"unknown env {name!r}. {NAME_HELP}")
