@@ -38,3 +38,10 @@ def test_make_targets_named_in_the_readme_exist() -> None:
     assert "\ntrain:" in makefile and "\ntest:" in makefile
     ci = ROOT / ".ci" / "run"
     assert ci.exists() and "make test" in ci.read_text()
+
+
+def test_presets_table_is_up_to_date() -> None:
+    """docs/presets.md is scripts/preset_table.py's output from the code's preset definitions."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "preset_table.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
