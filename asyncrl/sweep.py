@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from asyncrl.config import Config, ConfigError, check_applicable
 from asyncrl.settings_file import SettingsFileError, load_settings_file
@@ -60,7 +60,7 @@ def _field_name(key: str) -> str:
     return key.lstrip("-").replace("-", "_")
 
 
-def _flags(values: dict[str, Any], where: str) -> dict[str, Any]:
+def normalize_flags(values: dict[str, Any], where: str) -> dict[str, Any]:
     """Keys normalised to Config field names; unknown or reserved ones are errors."""
     known = {f.name for f in dataclasses.fields(Config) if f.metadata.get("cli", True)}  # flags only: no lr_base
     out = {}
@@ -74,8 +74,9 @@ def _flags(values: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _check_applicable(base: dict[str, Any], grid: dict[str, Any]) -> None:
-    """Refuse, before any run starts, a flag that one of the sweep's --algo values does not read."""
+def refuse_inapplicable(base: dict[str, Any], grid: dict[str, Any]) -> None:
+    """Refuse, before any run starts, a flag that one of the sweep's --algo values does not read (`grid`: flag ->
+    the values it takes)."""
     given = [name for name in (*base, *grid) if name != "algo"]
     for algo in grid.get("algo", [base.get("algo", Config.algo)]):
         try:
@@ -90,36 +91,53 @@ def parse_sweep(data: Any, default_group: str) -> Sweep:
         raise SweepError("a sweep file holds a mapping with 'base', 'grid', 'seeds' and 'group'")
     unknown = set(data) - {"base", "grid", "seeds", "group"}
     if unknown:
-        raise SweepError(f"unknown key(s) {sorted(unknown)}; a sweep file has base, grid, seeds and group")
+        raise SweepError(f"unknown key(s) {sorted(unknown)}; a grid sweep file has base, grid, seeds and group "
+                         f"(a search has 'search' instead of 'grid': see docs/sweeps.md)")
     base, grid = data.get("base") or {}, data.get("grid") or {}
     if not isinstance(base, dict) or not isinstance(grid, dict):
         raise SweepError("'base' and 'grid' must be mappings of flag -> value (grid: flag -> list of values)")
-    base = _flags(base, "base")
-    grid = _flags(grid, "grid")
+    base = normalize_flags(base, "base")
+    grid = normalize_flags(grid, "grid")
     for name, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SweepError(f"grid: {name} must be a non-empty list of values")
-    _check_applicable(base, grid)
+    refuse_inapplicable(base, grid)
+    seeds, group = parse_seeds(data), parse_group(data, default_group)
+    train_dir = str(base.pop("train_dir", "train_dir"))
+    return Sweep(group, base, grid, seeds, train_dir)
+
+
+def parse_seeds(data: dict[str, Any]) -> list[int]:
+    """The file's `seeds` (default [0]): distinct integers."""
     seeds = data.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                            for s in seeds):
         raise SweepError("'seeds' must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
         raise SweepError("'seeds' lists a seed twice")
+    return list(seeds)
+
+
+def parse_group(data: dict[str, Any], default_group: str) -> str:
+    """The file's `group` (default: the file's name), a plain directory name."""
     group = str(data.get("group") or default_group)
     if not group or os.sep in group or group in (".", ".."):
         raise SweepError(f"'group' must be a plain directory name, not {group!r}")
-    train_dir = str(base.pop("train_dir", "train_dir"))
-    return Sweep(group, base, grid, list(seeds), train_dir)
+    return group
 
 
-def load_sweep(path: str) -> Sweep:
-    """Read a YAML (.yaml, .yml) or JSON sweep file."""
+def read_sweep_file(path: str) -> tuple[Any, str]:
+    """The parsed YAML (.yaml, .yml) or JSON file and its default group (the file's name)."""
     try:
         data = load_settings_file(path)
     except SettingsFileError as exc:
         raise SweepError(str(exc)) from None
-    return parse_sweep(data, os.path.splitext(os.path.basename(path))[0])
+    return data, os.path.splitext(os.path.basename(path))[0]
+
+
+def load_sweep(path: str) -> Sweep:
+    """Read a YAML (.yaml, .yml) or JSON grid sweep file."""
+    return parse_sweep(*read_sweep_file(path))
 
 
 def flag_args(name: str, value: Any) -> list[str]:
@@ -166,7 +184,16 @@ def plan(sweep: Sweep, concurrent: int, cores: int | None = None) -> list[RunPla
     return plans
 
 
-def _last_line(path: str) -> str:
+def start_run(p: RunPlan) -> tuple[subprocess.Popen, IO[str]]:
+    """`python -m asyncrl.cli.train ARGS` with its output in `<run_dir>.log`; the process and the open log."""
+    os.makedirs(os.path.dirname(p.run_dir), exist_ok=True)
+    log = open(p.run_dir + ".log", "w")  # noqa: SIM115 - closed by the caller when the run ends
+    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli.train", *p.args], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return proc, log
+
+
+def last_line(path: str) -> str:
     try:
         with open(path, errors="replace") as f:
             lines = [ln.strip() for ln in f if ln.strip()]
@@ -189,10 +216,7 @@ def run_all(plans: list[RunPlan], concurrent: int, out: Callable[..., None] = pr
         while pending or running:
             while pending and len(running) < concurrent:
                 i, p = pending.pop(0)
-                os.makedirs(os.path.dirname(p.run_dir), exist_ok=True)
-                log = open(p.run_dir + ".log", "w")  # noqa: SIM115 - closed when the run ends
-                proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli.train", *p.args], stdout=log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                proc, log = start_run(p)
                 running[i] = (p, proc, time.monotonic(), log)
                 out(f"[{i}/{total}] start {p.name}: {p.command()}", flush=True)
             time.sleep(POLL_S)
@@ -205,7 +229,7 @@ def run_all(plans: list[RunPlan], concurrent: int, out: Callable[..., None] = pr
                 else:
                     failed.append(p)
                     out(f"[{i}/{total}] FAILED {p.name} (exit {proc.returncode}, {took:.0f} s): "
-                        f"{_last_line(p.run_dir + '.log')} (log: {p.run_dir}.log)", flush=True)
+                        f"{last_line(p.run_dir + '.log')} (log: {p.run_dir}.log)", flush=True)
     except KeyboardInterrupt:
         out("sweep: interrupted; stopping the running runs (each saves a checkpoint)", flush=True)
         for _, proc, _, _ in running.values():
