@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# the user pages, then the measurement notes (docs/notes/: how the figures were reached, with their commands)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "notes").glob("*.md"))]
 FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.S | re.M)  # also inside list items
 
 # (pattern searched in the command, why it is not run here): shown as the skip reason of each such command.

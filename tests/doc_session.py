@@ -89,6 +89,9 @@ NOT_HERE: list[tuple[str, str, Callable[[tuple[str, ...]], bool]]] = [
      "with Ctrl-C, as README says", lambda _: False),
     (r"--sf2-python", "needs Sample Factory 2 in its own venv (docs/performance.md says how)", sf2_python),
     (r"lr_sweep/\*", "reads the sweep's six 50k-frame runs; the sweep's --dry-run line runs", lambda _: False),
+    (r"scripts/check_readme_cartpole\.py",
+     "README's CartPole command over 10 seeds, minutes: a reviewer runs it; tests/test_readme_claim.py checks that it "
+     "runs README's command, and test_doc_commands parses its flags", lambda _: False),
     (r"^asyncrl-bench |benchmarks/bench_doom\.py",
      "a throughput measurement, kept out of the timed tests: `make bench` runs the suite, tests/test_bench.py each "
      "mode with sub-second windows, and test_doc_commands parses these flags", lambda _: False),
@@ -318,9 +321,11 @@ class DocSession:
 RUNNABLE = ("train", "tool", "script")
 DOCS_WITH_COMMANDS = sorted({c.where.rsplit(":", 1)[0] for c in COMMANDS if kind(c) in RUNNABLE and not not_here(c)},
                             key=lambda d: (d != "README.md", d))
-# Docs that need no run of another doc: each runs in a directory of its own, in a test file of its own, so that
-# pytest-xdist can give it to another worker than the rest (results.md alone is about half the recipes' time).
-STANDALONE = ("docs/results.md",)
+# Docs that need no run of another doc: they run in a directory of their own, one after another, in a test file of
+# their own, so that pytest-xdist can give them to another worker than the rest (the learning results and their
+# notes are about half the recipes' time).
+STANDALONE = ("docs/results.md", "docs/notes/cartpole.md",
+              *(f"docs/notes/{p.name}" for p in sorted((ROOT / "docs" / "notes").glob("results-*.md"))))
 
 
 def run_doc(session: DocSession, doc: str) -> None:

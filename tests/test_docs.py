@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,38 @@ def test_presets_table_is_up_to_date() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "preset_table.py"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown file: lower case, punctuation but `-` and `_` dropped, spaces to `-`."""
+    text = re.sub(r"^ *```.*?^ *```", "", path.read_text(), flags=re.S | re.M)  # a `# comment` in a block is no heading
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+def test_links_between_pages_resolve() -> None:
+    """Every relative link of README, CONTRIBUTING and the docs (notes too) names a file that exists, and a heading
+    of it where it names one."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "docs" / "notes").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"^ *```.*?^ *```", "", page.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_user_pages_do_not_cite_issues() -> None:
+    """Readers cannot see the tracker: a page says what it means instead of "the issue"."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "notes").glob("*.md"))]
+    citing = [f"{p.relative_to(ROOT)}:{i}" for p in pages for i, line in enumerate(p.read_text().splitlines(), 1)
+              if re.search(r"\b(the|this|that|an?) (\w+ )?issue\b|issue \d+", line, re.I)]
+    assert not citing, citing
