@@ -22,8 +22,8 @@ def check_start(spec: SearchSpec) -> None:
 
 def header(spec: SearchSpec, slots: int, cores: int | None = None) -> str:
     share = cores_per_run(slots * len(spec.seeds), cores)
-    ranges = ", ".join(f"{r.name} {r.kind} {list(r.choices) if r.kind == 'choice' else [f'{r.low:g}', f'{r.high:g}']}"
-                       for r in spec.ranges)
+    ranges = ", ".join(f"{r.name} {r.kind} " + (str(list(r.choices)) if r.kind == "choice" else
+                                                 f"[{r.low:g}, {r.high:g}]") for r in spec.ranges)
     p = spec.pruner
     pruner = "no pruner" if p.kind == "none" else f"{p.kind} pruner from {p.min_frames:,} frames, every {p.every:,}"
     return (f"asyncrl-sweep: search of {spec.trials} trials x {len(spec.seeds)} seed(s) over {ranges}; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import yaml
@@ -88,12 +89,15 @@ def plots(study: Any, directory: str) -> list[str]:
     notes = []
     for name, draw in (("history.png", ovm.plot_optimization_history), ("importance.png", ovm.plot_param_importances)):
         try:
-            ax = draw(study)
+            with warnings.catch_warnings(record=True) as caught:  # "too few trials to compute importances"
+                warnings.simplefilter("always", UserWarning)
+                ax = draw(study)
             fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
             fig.set_size_inches(8, 5)
             fig.tight_layout()
             fig.savefig(os.path.join(directory, name), dpi=100)
             plt.close(fig)
+            notes += [f"{name}: {w.message}" for w in caught if issubclass(w.category, UserWarning)]
         except Exception as exc:  # noqa: BLE001 - importance needs two finished trials whose settings differ
             notes.append(f"{name} not drawn: {' '.join(str(exc).split())[:160]}")
     return notes

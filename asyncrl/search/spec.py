@@ -18,7 +18,7 @@ from asyncrl.sweep import SweepError, normalize_flags, parse_group, parse_seeds,
 KEYS = ("base", "search", "objective", "trials", "seeds", "group", "sampler", "sampler_seed", "pruner", "storage")
 RANGE_KINDS = ("log", "uniform", "int", "choice")
 SAMPLERS = ("tpe", "random", "qmc", "gp")
-PRUNERS = ("halving", "median", "none")
+PRUNERS = ("median", "halving", "none")
 METRIC_PREFIXES = ("info_", "eval_")  # the env's own metrics and evaluation figures: their names vary by env
 BUDGET_KEYS = ("frames",)  # each trial's budget, and the pruner's resource: set in base, never searched
 
@@ -144,7 +144,8 @@ def parse_objective(value: Any) -> Objective:
 
 
 def parse_pruner(value: Any, frames: int) -> PrunerSpec:
-    """`halving` (default), `median`, `none`, or `{type: ..., every: F, min_frames: F, reduction: R, startup: N}`."""
+    """`median` (default), `halving`, `none`, or `{type: ..., every: F, min_frames: F, reduction: R, startup: N}`;
+    by default a value every tenth of the budget, and no pruning before a quarter of it."""
     value = {"type": value} if isinstance(value, str) or value is None else value
     if not isinstance(value, dict):
         raise SweepError(f"pruner: one of {', '.join(PRUNERS)}, or a mapping with 'type', not {value!r}")
@@ -153,11 +154,11 @@ def parse_pruner(value: Any, frames: int) -> PrunerSpec:
     if unknown:
         raise SweepError(f"pruner: unknown key(s) {sorted(unknown)}; it has type, every, min_frames, reduction, "
                          f"startup")
-    kind = value.get("type") or "halving"
+    kind = value.get("type") or "median"
     if kind not in PRUNERS:
         raise SweepError(f"pruner: type is one of {', '.join(PRUNERS)}, not {kind!r}")
     every = _whole(value.get("every", max(1, frames // 10)), "pruner: every", 1)
-    min_frames = _whole(value.get("min_frames", every), "pruner: min_frames", 1)
+    min_frames = _whole(value.get("min_frames", max(every, frames // 4)), "pruner: min_frames", 1)
     if min_frames > frames:
         raise SweepError(f"pruner: min_frames {min_frames:,} is beyond the trials' budget (frames {frames:,})")
     return PrunerSpec(kind, every, min_frames, _whole(value.get("reduction", 3), "pruner: reduction", 2),
