@@ -14,7 +14,7 @@ import asyncrl
 
 if __name__ == "__main__":  # the workers are forked from this process; the guard keeps the script importable
     parser = argparse.ArgumentParser(description="train CartPole-v1, then play 5 greedy episodes")
-    parser.add_argument("--frames", type=int, default=150_000, help="env steps to train (default: %(default)s)")
+    parser.add_argument("--frames", type=int, default=500_000, help="env steps to train (default: %(default)s)")
     args = parser.parse_args()
 
     result = asyncrl.train(env="CartPole-v1", frames=args.frames, experiment="cartpole_api")
