@@ -11,7 +11,7 @@ passes when some record reaches the figure. It prints one line per seed (best an
 steps at the first record at or above the figure, wall seconds), then the IQM of the final mean returns across
 seeds (asyncrl-compare's statistics) and `asyncrl-compare`'s table, and exits 1 unless every seed passed.
 
-    .venv/bin/python scripts/check_readme_cartpole.py                 # seeds 0..9, about 5 minutes on 2 cores
+    .venv/bin/python scripts/check_readme_cartpole.py                 # seeds 0..9: 7-8 min on 2 busy cores
     .venv/bin/python scripts/check_readme_cartpole.py --seeds 0 1     # fewer seeds
     .venv/bin/python scripts/check_readme_cartpole.py --print-command # the command read from README.md
 """

@@ -1,8 +1,8 @@
 """scripts/check_readme_cartpole.py checks README's first claim by running exactly the command README shows.
 
-The check itself (10 seeds, about 2 minutes on 2 cores) is run by a reviewer; here, cheaply: the script reads
-the command and the figure from README's "A first run" block, and runs that command with only the seed and where
-it writes added."""
+The check itself (10 seeds, 7-8 minutes on 2 cores shared with other jobs) is run by a reviewer; here, cheaply:
+the script reads the command and the figure from README's "A first run" block, and runs that command with only
+the seed and where it writes added."""
 
 from __future__ import annotations
 
