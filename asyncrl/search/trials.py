@@ -108,11 +108,15 @@ class Search:
                 r.proc.send_signal(signal.SIGINT)
 
     def counts(self) -> tuple[int, int]:
-        """(finished trials: complete or pruned, running trials) in the study, this process's and others'."""
+        """(finished trials, running trials) in the study, this process's and others'. Finished: complete, pruned,
+        or failed on its own (a run that exits non-zero: counted, so a setting that always fails cannot make the
+        search go on for ever); an interrupted trial is not, its settings are asked again."""
         states = self.optuna.trial.TrialState
-        trials = self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.PRUNED, states.RUNNING))
+        trials = self.study.get_trials(deepcopy=False)
         running = sum(t.state == states.RUNNING for t in trials)
-        return len(trials) - running, running
+        finished = sum(t.state in (states.COMPLETE, states.PRUNED)
+                       or (t.state == states.FAIL and "error" in t.user_attrs) for t in trials)
+        return finished, running
 
     def _fill(self) -> None:
         while len(self.active) < self.slots:
