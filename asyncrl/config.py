@@ -308,6 +308,18 @@ class Config:
         "help": "run env stepping, inference and learning in this one process, with no child process (for "
                 "debuggers, and machines that cannot fork; slower; see docs/configuration.md)"})
     learner_threads: int = field(default=0, metadata={"help": "torch threads in the learner (0: auto)"})
+    # --- remote actor groups on a Ray cluster (asyncrl/runtime/remote/, docs/ray.md) ---
+    ray: str = field(default="", metadata={
+        "help": "a Ray cluster's address (HOST:PORT of its head, as `ray start --head` prints it) to run "
+                "--remote-workers actor groups on; needs the ray extra"})
+    remote_workers: int = field(default=0, metadata={
+        "help": "actor groups on the --ray cluster, each stepping and acting on its own node and shipping whole "
+                "trajectories to this machine's learner (0: none; --workers 0 leaves all sampling to them)"})
+    remote_envs_per_worker: int = field(default=0, metadata={
+        "help": "envs each remote actor group steps, in splits of --envs-per-worker / --worker-splits envs "
+                "(0: as --envs-per-worker)"})
+    remote_cpus: float = field(default=1.0, metadata={
+        "help": "the Ray CPU resource each remote actor group asks for (Ray places groups where it is free)"})
     policy_nice: int = field(default=5, metadata={
         "help": "niceness added to policy workers: the learner gets contended cores first (0: off)"})
     rollout_nice: int = field(default=10, metadata={
@@ -405,9 +417,10 @@ class Config:
                                       f"--{name.replace('_', '-')} {getattr(self, name)}")
         if self.serial:
             self._validate_serial()
+        self._validate_remote()
         for name in ("workers", "envs_per_worker", "worker_splits", "policy_workers", "batch_size", "epochs",
                      "minibatches", "env_threads", "keep_checkpoints", "rnn_size", "rnn_layers", "hidden_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) < (0 if name == "workers" and self.remote_workers else 1):
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         if not 0 <= self.seed < 2**31:  # numpy, torch and the envs take it (plus worker offsets) as a seed
             raise ConfigError(f"--seed must be in 0..{2**31 - 1} (got {self.seed})")
@@ -432,6 +445,10 @@ class Config:
             raise ConfigError(
                 f"--envs-per-worker {self.envs_per_worker} does not divide into --worker-splits "
                 f"{self.worker_splits}; use a multiple of {self.worker_splits}")
+        if self.remote_envs_per_worker % self.envs_per_split:
+            raise ConfigError(f"--remote-envs-per-worker {self.remote_envs_per_worker} must be a multiple of the "
+                              f"{self.envs_per_split} envs of a split (--envs-per-worker / --worker-splits): remote "
+                              f"trajectories fill the same slots as local ones")
         chunk = self.rollout * self.envs_per_split
         if self.batch_size % chunk:
             good = max(chunk, round(self.batch_size / chunk) * chunk)
@@ -487,6 +504,40 @@ class Config:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         if self.self_play and (self.serial or self.deterministic):
             raise ConfigError("--self-play needs the forked engine's policy workers; drop --serial/--deterministic")
+
+    def _validate_remote(self) -> None:
+        """--ray and --remote-workers: both or neither, in the forked engine of one learner."""
+        if self.remote_workers < 0:
+            raise ConfigError(f"--remote-workers must not be negative (got {self.remote_workers})")
+        if self.remote_envs_per_worker < 0:
+            raise ConfigError(f"--remote-envs-per-worker must not be negative (got {self.remote_envs_per_worker})")
+        if not self.remote_cpus > 0:
+            raise ConfigError(f"--remote-cpus must be positive (got {self.remote_cpus})")
+        if not self.remote_workers:
+            if self.ray:
+                raise ConfigError("--ray places --remote-workers actor groups on the cluster; add --remote-workers N")
+            return
+        if not self.ray:
+            raise ConfigError("--remote-workers runs actor groups on a Ray cluster; add --ray HOST:PORT (the "
+                              "address `ray start --head` printed)")
+        for flag, on in (("--serial", self.serial), ("--deterministic", self.deterministic)):
+            if on:
+                raise ConfigError(f"--remote-workers feeds the forked engine's learner; drop {flag} or "
+                                  f"--remote-workers")
+        from asyncrl.scaling import world_size
+
+        if world_size() > 1:
+            raise ConfigError(f"--remote-workers feeds one learner; torchrun started {world_size()} ranks: launch "
+                              f"asyncrl-train without torchrun")
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("--ray needs the ray package: " + install_hint("ray"))
+
+    @property
+    def remote_envs(self) -> int:
+        """Envs per remote actor group."""
+        return self.remote_envs_per_worker or self.envs_per_worker
 
     def _validate_serial(self) -> None:
         """--serial runs everything in this process: one inference path, and no torchrun group."""

@@ -66,12 +66,30 @@ def preflight(cfg: Config, specs: EnvSpecs | None = None, *, dry: bool = False,
     check_algo_env(cfg, spec)  # the learner's own needs: action space, replay memory
     check_model_env(cfg, spec, fork=forks)  # --encoder fits the env (a user's module)
     check_run_dir(cfg, fresh_may_exist=dry)
+    if cfg.remote_workers and not dry:
+        check_ray_address(cfg.ray)
     if cfg.resume:
         check_resume(cfg, spec)  # another env or model shape
     from asyncrl.runtime.roles.runner import check_memory  # the runner's module, torch-free
 
     check_memory(cfg, spec)
     return Prepared(cfg, spec, state_layout(cfg))
+
+
+def check_ray_address(address: str, timeout: float = 3.0) -> None:
+    """--ray HOST:PORT: a Ray head answers there (its GCS port), or one line on what to do."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray {address!r} is not HOST:PORT; give the address `ray start --head` printed, e.g. "
+                          f"--ray 10.0.0.5:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); start its head "
+                          f"with `ray start --head --node-ip-address <private IP> --port {port}` (docs/ray.md)"
+                          ) from None
 
 
 def validate(cfg: Config) -> None:

@@ -17,8 +17,11 @@ One small anonymous shared block (inherited by every child, like the trajectory 
 - `incarnation[w]`: bumped by the runner each time rollout worker w is restarted (new env seeds).
 - `policy_epoch[0]`: bumped each time a policy worker is restarted; rollout workers then re-send the requests
   that were not answered, since the dead worker may have taken them off the queue.
-- `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations).
-- `stepped[w]`: agent steps rollout worker w has taken in this session (all its incarnations), and
+- `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations); row `workers`: the remote
+  actor groups' (`--remote-workers`, counted by the Ray bridge).
+- `beat_remote[0]`, `remote_transit[0]`: the Ray bridge's heartbeat, and its transit record as a rollout worker's.
+- `stepped[w]`: agent steps rollout worker w has taken in this session (all its incarnations; row `workers`: the
+  remote groups'), and
   `step_budget[0]`: the agent steps after which the session's --frames are reached (0: no budget; under torchrun
   this rank's share of them), written by the runner once the learner is ready. The worker that sees the sum reach
   the budget reports at once, so the run stops within a step of its --frames instead of up to a report interval (a
@@ -47,14 +50,16 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "beat_policy": ((policy_workers,), f64),
         "beat_rollout": ((workers,), f64),
         "beat_eval": ((1,), f64),  # the evaluation process (--eval-every)
+        "beat_remote": ((1,), f64),  # the Ray bridge (--remote-workers)
+        "remote_transit": ((1,), i64),  # the slot the Ray bridge is queueing (TAKING, or NO_TRANSIT)
         "slot_owner": ((slots,), i64),
         "want": ((slots,), i64),
         "acted": ((slots,), i64),
         "transit": ((workers,), i64),
         "incarnation": ((workers,), i64),
         "policy_epoch": ((1,), i64),
-        "env_errors": ((workers,), i64),
-        "stepped": ((workers,), i64),
+        "env_errors": ((workers + 1,), i64),  # the last row: the Ray bridge's remote groups
+        "stepped": ((workers + 1,), i64),
         "step_budget": ((1,), i64),
         "last_words": ((workers, WORDS), np.dtype(np.uint8)),
         "training_info": ((5,), f64),
@@ -66,6 +71,7 @@ def allocate_liveness(workers: int, policy_workers: int, slots: int) -> SharedAr
     for name in ("slot_owner", "want", "acted"):
         live[name][:] = NO_OWNER
     live["transit"][:] = NO_TRANSIT
+    live["remote_transit"][:] = NO_TRANSIT
     return live
 
 

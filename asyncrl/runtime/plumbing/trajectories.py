@@ -45,7 +45,7 @@ def circulating_slots(cfg: Config) -> int:
     Bounding the slots is the back-pressure that caps staleness: when the learner falls behind, workers wait
     for a free slot instead of piling up ever older trajectories.
     """
-    return cfg.num_splits + cfg.trajectories_per_batch
+    return cfg.num_splits + cfg.trajectories_per_batch + cfg.remote_workers  # one in transit per remote group
 
 
 def num_slots(cfg: Config) -> int:
@@ -53,9 +53,10 @@ def num_slots(cfg: Config) -> int:
     return circulating_slots(cfg) + SPARE_SLOTS
 
 
-def trajectory_layout(cfg: Config, spec: EnvSpec, state: Layout | None = None) -> Layout:
-    """The slots' arrays; `state` is the actor's `state_layout` (None or {}: a feed-forward actor)."""
-    s, t, e = num_slots(cfg), cfg.rollout, cfg.envs_per_split
+def trajectory_layout(cfg: Config, spec: EnvSpec, state: Layout | None = None, slots: int = 0) -> Layout:
+    """The slots' arrays; `state` is the actor's `state_layout` (None or {}: a feed-forward actor); `slots`: how
+    many (0: the run's `num_slots`)."""
+    s, t, e = slots or num_slots(cfg), cfg.rollout, cfg.envs_per_split
     return {
         **_obs_layout(spec, "obs", (s, t + 1, e)),  # obs[T] is the bootstrap observation
         # The env's episode starts at step t: at the run's (or a split's) first step, after terminated or
@@ -100,8 +101,8 @@ def state_arrays(traj: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k[len(STATE):]: a for k, a in traj.items() if k.startswith(STATE)}
 
 
-def allocate_trajectories(cfg: Config, spec: EnvSpec, state: Layout | None = None) -> SharedArrays:
-    traj = SharedArrays(trajectory_layout(cfg, spec, state))
+def allocate_trajectories(cfg: Config, spec: EnvSpec, state: Layout | None = None, slots: int = 0) -> SharedArrays:
+    traj = SharedArrays(trajectory_layout(cfg, spec, state, slots))
     traj["final_step"][:] = NO_FINAL
     return traj
 

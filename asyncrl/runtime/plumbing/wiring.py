@@ -60,7 +60,11 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
     processes = [ProcessSpec("learner", "asyncrl.runtime.roles.learner", "run_learner",
                              (cfg, spec, traj, weights, channels, ranks))]
     processes += [ProcessSpec(f"policy-{i}", "asyncrl.runtime.roles.policy_worker", "run_policy_worker",
-                              (i, cfg, spec, traj, weights, channels)) for i in range(cfg.policy_workers)]
+                              (i, cfg, spec, traj, weights, channels))
+                  for i in range(cfg.policy_workers if cfg.workers else 0)]  # remote groups act on their own
     processes += [ProcessSpec(f"rollout-{i}", "asyncrl.runtime.roles.rollout_worker", "run_rollout_worker",
                               (i, cfg, traj, channels)) for i in range(cfg.workers)]
+    if cfg.remote_workers:  # the Ray transport's client: remote actor groups' slots into these buffers
+        processes.append(ProcessSpec("remote-0", "asyncrl.runtime.remote.bridge", "run_bridge",
+                                     (cfg, spec, traj, weights, channels)))
     return RunWiring(traj, weights, channels, processes)

@@ -27,7 +27,7 @@ from typing import Any
 
 from asyncrl.config import Config
 from asyncrl.runtime.plumbing.channels import Channels, drain
-from asyncrl.runtime.plumbing.liveness import read_words, release_slots
+from asyncrl.runtime.plumbing.liveness import NO_TRANSIT, read_words, release_slots
 from asyncrl.runtime.plumbing.run_error import RunError, checkpoint_hint
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
@@ -266,6 +266,14 @@ class Supervisor:
             what += ")" if spare is None else "; it died handing a slot over, so a spare slot stands in for it)"
         elif member.kind == "eval":
             what = "restarted it (training was not affected)"
+        elif member.kind == "remote":
+            spare = self.spare_slots.pop() if (self.live["remote_transit"][0] != NO_TRANSIT
+                                               and self.spare_slots) else None
+            self.live["remote_transit"][0] = NO_TRANSIT
+            if spare is not None:
+                self.channels.free.put(spare)
+            what = "restarted it (its remote actor groups start afresh" + (
+                ")" if spare is None else "; it died queueing a slot, so a spare slot stands in for it)")
         else:
             self.policy_restarts += 1
             what = "restarted it (the rollout workers re-send what it had taken)"
@@ -289,7 +297,8 @@ class Supervisor:
             worker, now = int(payload.get("worker", -1)), time.monotonic()
             if now - self._env_error_printed.get(worker, -1e9) >= ENV_ERROR_PRINT_EVERY_S:
                 self._env_error_printed[worker] = now
-                self.out(f"asyncrl: rollout-{worker}: env raised {payload['message']} in {payload['where']}; "
+                who = payload.get("name", f"rollout-{worker}")
+                self.out(f"asyncrl: {who}: env raised {payload['message']} in {payload['where']}; "
                          f"{payload.get('action', 'reset it')} ({payload['count']} env errors in this worker; the run "
                          f"stops above --max-env-error-rate {self.cfg.max_env_error_rate:g})", flush=True)
         elif kind == "saved":

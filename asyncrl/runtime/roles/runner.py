@@ -34,6 +34,7 @@ from asyncrl.runtime.plumbing.trajectories import trajectory_bytes
 from asyncrl.runtime.plumbing.wiring import build_wiring
 from asyncrl.runtime.recovery.starvation import StarvationWatch, stale
 from asyncrl.runtime.recovery.supervisor import Supervisor
+from asyncrl.runtime.remote.tally import RemoteTally
 from asyncrl.runtime.roles.process import ignore_group_signals, mark_parent
 from asyncrl.runtime.stages.runbook import RunBook, restore_totals, run_state
 from asyncrl.runtime.store.run_dir import prepare_run_dir
@@ -97,6 +98,7 @@ class Runner:
         self._spawn_args: dict[str, tuple] = {}
         self.pbt: PopulationTrainer | None = None  # --pbt: the population's exploit/explore schedule
         self.policy_settings: list[dict[str, float]] = []  # --num-policies > 1: each policy's current settings
+        self.remote = RemoteTally(cfg.remote_workers)  # --remote-workers: the Ray bridge's reports
 
     # ----- lifecycle -----
     def run(self) -> int:
@@ -266,7 +268,7 @@ class Runner:
         self.channels.request_stop()
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         for name, proc in self.procs.items():
-            if name.startswith("rollout-"):
+            if name.startswith(("rollout-", "remote-")):
                 proc.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _lockstep_update(self) -> None:
@@ -361,6 +363,10 @@ class Runner:
         if kind == "rollout":
             t.add_rollout(payload)
             book.monitor.sample_queues(self.channels)
+        elif kind == "remote":  # the remote groups' steps and episodes count as any; their times are their own
+            t.add_rollout({"env_steps": payload["env_steps"], "env_errors": payload.get("env_errors", 0),
+                           "episodes": payload["episodes"], "episode_policies": payload.get("episode_policies", ())})
+            self.remote.add(payload)
         elif kind == "policy":
             t.add_policy(payload)
         elif kind == "learner":
@@ -385,6 +391,7 @@ class Runner:
         extra = {f"policy_{p}/{k}": v for p, settings in enumerate(self.policy_settings) for k, v in settings.items()
                  } if len(self.policy_settings) > 1 else {}
         book, live = self.book, self.channels.live
+        extra.update(self.remote.record(max(now - book.last_report, 1e-6), self.totals.env_steps - book.interval_steps))
         book.report(now, self.supervisor.counters(),
                     lambda record: book.monitor.observe(record, self.totals.learner, self.procs, self.channels),
                     lambda info: write_training_info(live, info["frames"], info["env_steps"], info["policy_version"],

@@ -1,0 +1,1 @@
+"""The Ray transport: remote actor groups feeding the learner (docs/ray.md)."""
