@@ -55,7 +55,11 @@ def run(settings: Config | Resolution, out: Callable[..., None] = print,
     for line in scaling_lines(cfg):
         out(line, flush=True)
     processes = ("in this one process (--serial)" if cfg.serial else f"{cfg.policy_workers} policy worker(s)")
-    out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs, "
+    remote = (f" + {cfg.remote_workers} remote groups x {cfg.remote_envs} envs on Ray at {cfg.ray}"
+              if cfg.remote_workers else "")
+    if cfg.remote_workers and not cfg.workers:
+        processes = "acting on the remote nodes"
+    out(f"asyncrl: {cfg.env} -> {cfg.run_dir} | {cfg.workers} workers x {cfg.envs_per_worker} envs{remote}, "
         f"{processes}, batch {cfg.batch_size}, rollout {cfg.rollout}", flush=True)
     return engine.run(), engine.book.stop_reason, cfg
 
@@ -67,7 +71,7 @@ def scaling_lines(cfg: Config) -> list[str]:
 
     world = world_size()
     note = scale_note(cfg.scale, cfg.workers, cfg.envs_per_worker, world)
-    line = scaling_line(envs=cfg.workers * cfg.envs_per_worker * world, rollout=cfg.rollout, epochs=cfg.epochs,
+    line = scaling_line(envs=(cfg.workers * cfg.envs_per_worker + cfg.remote_workers * cfg.remote_envs) * world, rollout=cfg.rollout, epochs=cfg.epochs,
                         batch_size=cfg.batch_size, world=world, rule=cfg.lr_scaling,
                         reference=cfg.lr_reference_batch, lr_base=cfg.lr_base, lr=cfg.lr)
     return [note, line] if note else [line]

@@ -93,6 +93,8 @@ TASKS: dict[str, tuple[str, ...]] = {
     "speed: processes, envs and devices": ("workers", "envs_per_worker", "worker_splits", "policy_workers",
                                            "rollout", "env_threads", "env_vectorization", "device", "serial",
                                            "learner_threads", "policy_nice", "rollout_nice"),
+    "past one machine: remote actor groups on a Ray cluster": ("ray", "remote_workers", "remote_envs_per_worker",
+                                                               "remote_cpus"),
     "evaluation, checkpoints and logging": ("eval_every", "eval_episodes", "eval_video", "report_interval",
                                             "checkpoint_interval", "keep_checkpoints", "wandb", "wandb_project",
                                             "wandb_entity", "wandb_group", "wandb_tags"),
