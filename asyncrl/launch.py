@@ -71,7 +71,8 @@ def scaling_lines(cfg: Config) -> list[str]:
 
     world = world_size()
     note = scale_note(cfg.scale, cfg.workers, cfg.envs_per_worker, world)
-    line = scaling_line(envs=(cfg.workers * cfg.envs_per_worker + cfg.remote_workers * cfg.remote_envs) * world, rollout=cfg.rollout, epochs=cfg.epochs,
+    envs = cfg.workers * cfg.envs_per_worker + cfg.remote_workers * cfg.remote_envs
+    line = scaling_line(envs=envs * world, rollout=cfg.rollout, epochs=cfg.epochs,
                         batch_size=cfg.batch_size, world=world, rule=cfg.lr_scaling,
                         reference=cfg.lr_reference_batch, lr_base=cfg.lr_base, lr=cfg.lr)
     return [note, line] if note else [line]

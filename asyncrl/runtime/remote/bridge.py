@@ -16,6 +16,7 @@ bytes, slots, arrival lag, per group), and the bridge beats `beat_remote` like a
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,7 +118,7 @@ class Bridge:
             if g is group:
                 del self.pending[ref]
         self.ray.kill(group.handle, no_restart=True) if group.handle is not None else None
-        cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        cause = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
         group.restarts += 1
         if group.restarts > MAX_RESTARTS:
             group.dropped = True
@@ -255,6 +256,15 @@ class Bridge:
                                                              "code": "remote"}), timeout=10)
 
 
+def quiet_ray(path: str) -> None:
+    """This process's stdout and stderr into `path`: Ray's client prints its nodes' log tails there (a killed
+    raylet's last 20 lines, say), where the run's console has one warning line for it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at `address` as its client (this process's Ray driver), quietly."""
     import logging
@@ -268,6 +278,7 @@ def connect(address: str) -> None:
 def run_bridge(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[SharedWeights],
                channels: Channels) -> None:
     init_child("asyncrl-remote", cfg.policy_nice)
+    quiet_ray(os.path.join(cfg.run_dir, "ray.log"))
     try:
         connect(cfg.ray)
     except Exception as exc:  # noqa: BLE001 - an address that stopped answering since the preflight

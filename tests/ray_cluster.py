@@ -1,0 +1,87 @@
+"""A real Ray cluster of several nodes on this machine, bound to loopback, for the remote actor tests.
+
+Each node is a `ray start --block` process of its own (the head first); stopping the cluster ends those processes
+and every process under them, by PID, and checks none is left. `kill_node` kills one worker node's raylet with
+SIGKILL, as a machine that drops off the cluster would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    def __init__(self, logs: Path, head_cpus: int = 1, node_cpus: tuple[int, ...] = (1,)):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.logs = logs
+        self.nodes: list[subprocess.Popen] = []
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self._start(["--head", "--port", str(self.port), "--include-dashboard", "false",
+                     "--dashboard-agent-listen-port", str(free_port())], head_cpus)
+        self._wait_nodes(1)
+        for cpus in node_cpus:
+            self._start(["--address", self.address], cpus)
+        self._wait_nodes(1 + len(node_cpus))
+
+    def _start(self, args: list[str], cpus: int) -> None:
+        log = open(self.logs / f"node{len(self.nodes)}.log", "wb")  # noqa: SIM115 - the node's lifetime
+        self.nodes.append(subprocess.Popen(
+            [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus),
+             "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env))
+
+    def _wait_nodes(self, count: int, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = subprocess.run([RAY, "status", "--address", self.address], capture_output=True, text=True,
+                                 env=self.env)
+            if out.returncode == 0 and out.stdout.count(" node_") >= count:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the Ray cluster did not reach {count} nodes in {timeout:.0f} s")
+
+    def kill_node(self, index: int) -> int:
+        """SIGKILL node `index`'s raylet (a worker node: 1..); its pid."""
+        raylet = next(p for p in psutil.Process(self.nodes[index].pid).children(recursive=True)
+                      if p.name() == "raylet")
+        raylet.send_signal(signal.SIGKILL)
+        return raylet.pid
+
+    def stop(self) -> None:
+        """End every node (worker nodes first) and whatever they started; raise if a process is left."""
+        tree = []
+        for node in self.nodes:
+            try:
+                tree += [psutil.Process(node.pid), *psutil.Process(node.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        for node in reversed(self.nodes):
+            if node.poll() is None:
+                node.send_signal(signal.SIGINT)  # `ray start --block` stops its node's processes
+            try:
+                node.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait()
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        for p in alive:
+            p.kill()
+        _, alive = psutil.wait_procs(alive, timeout=5)
+        if alive:
+            raise RuntimeError(f"Ray processes left behind: {[p.pid for p in alive]}")

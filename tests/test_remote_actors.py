@@ -1,0 +1,121 @@
+"""Remote actor groups on a real Ray cluster of two nodes on this machine (loopback only): trajectories from
+remote groups alone and beside local workers, SAC's replay fed remotely, a node killed mid-run, and the
+refusals that need no cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import read_metrics, run_cli, start_train, wait_for
+from tests.ray_cluster import LocalCluster
+
+pytest.importorskip("ray")
+
+SMALL = ["--env", "CartPole-v1", "--envs-per-worker", "8", "--worker-splits", "2", "--rollout", "16",
+         "--batch-size", "256", "--report-interval", "1", "--device", "cpu", "--remote-envs-per-worker", "8"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head node and one more, one CPU each: each node takes one actor group."""
+    c = LocalCluster(tmp_path_factory.mktemp("ray"), head_cpus=1, node_cpus=(1,))
+    yield c
+    c.stop()
+
+
+def remote_records(run_dir) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if r.get("remote_groups") is not None]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    for args, words in [
+        (["--remote-workers", "2", "--ray", "127.0.0.1:1", "--serial"], "drop --serial"),
+        (["--remote-workers", "1"], "add --ray HOST:PORT"),
+        (["--ray", "127.0.0.1:1"], "add --remote-workers"),
+        (["--remote-workers", "1", "--ray", "127.0.0.1:1"], "no Ray cluster answers"),
+        (["--remote-workers", "1", "--ray", "nonsense"], "is not HOST:PORT"),
+        (["--remote-workers", "1", "--ray", "127.0.0.1:1", "--remote-envs-per-worker", "3"], "multiple of"),
+    ]:
+        proc = run_cli([*SMALL[:-2], "--frames", "1000", *args], tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "CartPole-v1").exists()  # nothing written
+
+
+def test_ray_missing_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; from asyncrl.cli.console import train; "
+            f"sys.argv = ['asyncrl-train', '--env', 'CartPole-v1', '--remote-workers', '1', '--ray', '127.0.0.1:1', "
+            f"'--train-dir', {str(tmp_path)!r}]; train()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
+
+
+def test_remote_groups_alone_feed_the_learner(cluster, tmp_path):
+    """No local rollout worker: every env step and every trained slot comes from the two nodes' groups."""
+    proc = run_cli([*SMALL, "--workers", "0", "--remote-workers", "2", "--ray", cluster.address,
+                    "--frames", "30000", "--experiment", "remote"], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "2 remote groups x 8 envs on Ray" in proc.stdout
+    records = remote_records(tmp_path / "remote")
+    final = records[-1]
+    assert final["env_steps"] >= 30000 and final["policy_version"] > 5
+    assert all(r["remote_share"] == 1.0 for r in records if r["remote_share"] is not None)
+    nodes = {r.get(f"remote/{i}/node") for r in records for i in (0, 1)} - {None, "?"}
+    assert len(nodes) == 2, nodes  # one group on each node
+    assert any(r["remote_lag_mean"] is not None for r in records)
+    assert final["remote_bytes_per_s"] > 0 and final["episodes"] > 100
+
+
+def test_local_and_remote_together_and_sac(cluster, tmp_path):
+    """A local worker beside a remote group (both shares seen), then SAC's replay fed by remote groups only."""
+    run = start_train([*SMALL, "--workers", "1", "--remote-workers", "1", "--ray", cluster.address,
+                       "--seconds", "120"], tmp_path, "mixed")
+    try:  # until a record has steps from both (the remote group starts a few seconds after the local worker)
+        assert wait_for(lambda: any(0 < (r.get("remote_share") or 0) < 1 for r in run.records()), 120, run.proc), (
+            run.stdout()[-2000:] + run.stderr()[-2000:])
+        run.ctrl_c()
+        assert run.wait(timeout=60) == 0, run.stderr()[-2000:]
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    proc = run_cli(["--env", "Pendulum-v1", "--algo", "sac", "--workers", "0", "--remote-workers", "2",
+                    "--ray", cluster.address, "--frames", "1500", "--learning-starts", "500", "--report-interval", "1",
+                    "--device", "cpu",
+                    "--experiment", "sac"], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = remote_records(tmp_path / "sac")
+    assert records[-1]["env_steps"] >= 1500
+    trained = [r for r in records if r.get("critic_loss") is not None]  # updates on remote transitions
+    assert trained and trained[-1]["replay_size"] > 500 and trained[-1]["updates_total"] > 0
+
+
+def test_a_node_killed_mid_run(cluster, tmp_path):
+    """SIGKILL of a worker node's raylet: its group's loss is one warning line, the run goes on with the other
+    group and ends with a final checkpoint that loads. (Last in this file: the cluster keeps one node.)"""
+    run = start_train([*SMALL, "--workers", "0", "--remote-workers", "2", "--ray", cluster.address,
+                       "--seconds", "120"], tmp_path, "killed")
+    try:
+        assert wait_for(lambda: any((r.get("remote_groups") or 0) == 2 and r["env_steps"] > 2000
+                                    for r in run.records()), 120, run.proc), run.stderr()[-2000:]
+        cluster.kill_node(1)
+        before = run.records()[-1]["env_steps"]
+        assert wait_for(lambda: "died" in run.stdout() and run.records()[-1]["env_steps"] > before + 3000, 120,
+                        run.proc), run.stdout()[-3000:] + run.stderr()[-2000:]  # sampling goes on after the kill
+        run.ctrl_c()
+        assert run.wait(timeout=60) == 0, run.stdout()[-3000:] + run.stderr()[-2000:]
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    out = run.stdout()
+    warnings = [line for line in out.splitlines() if "remote group" in line and "died" in line]
+    assert len(warnings) >= 1 and all(line.startswith("asyncrl: ") for line in warnings), out[-3000:]
+    ckpts = sorted((tmp_path / "killed" / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts and "final checkpoint" in out
+    state = torch.load(ckpts[-1], map_location="cpu", weights_only=False)
+    assert state["env_steps"] >= before
