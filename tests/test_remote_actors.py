@@ -119,3 +119,18 @@ def test_a_node_killed_mid_run(cluster, tmp_path):
     assert ckpts and "final checkpoint" in out
     state = torch.load(ckpts[-1], map_location="cpu", weights_only=False)
     assert state["env_steps"] >= before
+
+
+def test_verdict_names_remote_transfer():
+    """Slots from remote groups slower than the learner takes them: the verdict says so; when the bridge waits for
+    free slots instead, the learner is the limit and the remote verdict stays out."""
+    from asyncrl.diagnostics.bottleneck import classify
+
+    record = {"rollout_env_frac": None, "policy_infer_frac": None, "learner_wait_frac": 0.8,
+              "learner_copy_frac": 0.02, "learner_train_frac": 0.15, "remote_share": 1.0, "remote_slots_per_s": 3.0,
+              "remote_bytes_per_s": 2e6, "remote_wait_slot_frac": 0.0}
+    verdict = classify(record)
+    assert verdict is not None and verdict.kind == "remote" and "learner waits 80%" in verdict.reason
+    assert "--remote-workers" in verdict.line()
+    busy = {**record, "learner_wait_frac": 0.05, "learner_train_frac": 0.9, "remote_wait_slot_frac": 0.9}
+    assert classify(busy).kind == "training"

@@ -23,14 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("env", "transfer", "inference", "training", "starved")
+KINDS = ("env", "transfer", "inference", "training", "starved", "remote")
 LABELS = {"env": "environment-bound", "transfer": "transfer-bound", "inference": "inference-bound",
-          "training": "training-bound", "starved": "CPU-starved"}
+          "training": "training-bound", "starved": "CPU-starved", "remote": "remote-transfer-bound"}
 
 LEARNER_SATURATED = 0.75  # learner busy (copy + train) share above which training limits throughput
 COPY_DOMINANT = 0.5  # share of the learner's busy time spent copying batches that makes it transfer-bound
 STAGE_BUSY = 0.4  # busiest stage below this: every process mostly waits on the others -> transfer-bound
 MACHINE_BUSY = 90.0  # machine CPU % above which a mostly-waiting run is probably starved by other jobs
+REMOTE_MOSTLY = 0.5  # share of the interval's env steps from remote actor groups that makes them the supply
+REMOTE_IDLE_LEARNER = 0.5  # learner waiting share above which remote slots arrive slower than it consumes them
 STARVED_RUNQ = 0.1  # share of a worker type's wall time spent runnable without a core that counts as starved
 OTHER_JOBS = 25.0  # % of the machine's CPU used outside this run above which its run-queue delay is theirs
 
@@ -48,6 +50,9 @@ REMEDIES = {
     "training": "the learner is saturated and rollout workers wait for free trajectory slots: train on a "
                 "GPU (--device cuda) with bigger batches (--batch-size) and mixed precision, fewer "
                 "--epochs/--minibatches, or a smaller model (--hidden-size); extra env workers will not help",
+    "remote": "trajectories from the remote actor groups arrive slower than the learner trains on them: add "
+              "--remote-workers or Ray nodes, more --remote-envs-per-worker per group (fewer, bigger shipments), "
+              "keep observations compact (uint8 frames), or add local --workers beside them",
     "starved": "other jobs hold the cores and the run's workers wait for CPU time: stop or move the other "
                "jobs, give this run cores of its own (taskset/cgroups), or run fewer workers than free cores; "
                "the stage shares say nothing about the run itself until then",
@@ -149,6 +154,9 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
     learner_wait = m.get("learner_wait_frac")
     context = _context(m)
     learner_busy = copy + train
+    remote = _remote(m, learner_wait)
+    if remote is not None:
+        return remote
     if learner_wait is not None and learner_busy >= LEARNER_SATURATED:
         if copy >= COPY_DOMINANT * learner_busy:
             return Verdict("transfer", f"learner copies batches {_pct(copy)} of the time, trains "
@@ -180,6 +188,20 @@ def classify(m: Mapping[str, Any]) -> Verdict | None:
                               f"{_pct(infer)}{waits}{context}", REMEDIES["env"])
     return Verdict("inference", f"the policy worker infers {_pct(infer)} of the time while rollout workers "
                                 f"step envs {_pct(env)}{waits}{context}", REMEDIES["inference"])
+
+
+def _remote(m: Mapping[str, Any], learner_wait: float | None) -> Verdict | None:
+    """Remote transfer: most steps come from remote actor groups, the learner mostly waits for them and the Ray
+    bridge does not wait for free slots (it has nothing to queue)."""
+    share, slots = m.get("remote_share"), m.get("remote_slots_per_s")
+    if share is None or slots is None or learner_wait is None:
+        return None
+    if share < REMOTE_MOSTLY or learner_wait < REMOTE_IDLE_LEARNER or (m.get("remote_wait_slot_frac") or 0.0) > 0.2:
+        return None
+    mb = (m.get("remote_bytes_per_s") or 0.0) / 1e6
+    return Verdict("remote", f"{_pct(share)} of the steps come from remote groups, {slots:.1f} slots/s "
+                             f"({mb:.1f} MB/s) through Ray; the learner waits {_pct(learner_wait)} of the time",
+                   REMEDIES["remote"])
 
 
 def dominant(kinds: list[str | None]) -> str | None:
