@@ -325,6 +325,9 @@ class Config:
     rollout_nice: int = field(default=10, metadata={
         "help": "niceness added to rollout workers: the learner, then the policy workers, go first (0: off)"})
     report_interval: float = field(default=5.0, metadata={"help": "seconds between progress reports"})
+    dashboard: bool = field(default=True, metadata={
+        "help": "a live dashboard (steps/s, stage shares and verdict, lag, queues, CPU and memory per process kind, "
+                "losses, return, ETA) instead of the progress line when stdout is a terminal; never in logs or pipes"})
     checkpoint_interval: float = field(default=300.0, metadata={"help": "seconds between checkpoints"})
     hang_timeout: float = field(default=30.0, metadata={
         "help": "seconds a process may go without progress before it is restarted (the learner: run stopped)"})

@@ -96,8 +96,8 @@ TASKS: dict[str, tuple[str, ...]] = {
     "past one machine: remote actor groups on a Ray cluster": ("ray", "remote_workers", "remote_envs_per_worker",
                                                                "remote_cpus"),
     "evaluation, checkpoints and logging": ("eval_every", "eval_episodes", "eval_video", "report_interval",
-                                            "checkpoint_interval", "keep_checkpoints", "wandb", "wandb_project",
-                                            "wandb_entity", "wandb_group", "wandb_tags"),
+                                            "dashboard", "checkpoint_interval", "keep_checkpoints", "wandb",
+                                            "wandb_project", "wandb_entity", "wandb_group", "wandb_tags"),
     "failures and timeouts": ("hang_timeout", "dist_timeout", "max_env_error_rate"),
 }
 OTHER_TASK = "other settings (every --algo)"
