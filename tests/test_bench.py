@@ -103,6 +103,8 @@ def test_plan_and_helpers() -> None:
     assert all(s.settings.repeats >= 3 for s in quick)
     full = plan(["atari_pong"], False, BenchSettings(), cpus=2)
     assert [s.settings.workers for s in full if s.scaling] == [1, 2]
+    ray = [s for s in full if s.settings.mode == "ray_train"]  # half the reference workers' envs through Ray
+    assert [(s.settings.workers, s.settings.envs_per_worker, s.group) for s in ray] == [(2, 16, "atari_pong via Ray")]
     assert atari_id("atari_space_invaders") == "ALE/SpaceInvaders-v5"
     assert last_record('A.L.E banner\n{"sps": 1}\n[Powered by Stella]\n') == {"sps": 1}
 

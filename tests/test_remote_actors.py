@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 import pytest
-import torch
-
-from tests.conftest import read_metrics, run_cli, start_train, wait_for
-from tests.ray_cluster import LocalCluster
 
 pytest.importorskip("ray")
+import torch  # noqa: E402
+
+from asyncrl.bench.ray_cluster import LocalCluster  # noqa: E402
+from tests.conftest import read_metrics, run_cli, start_train, wait_for  # noqa: E402
 
 SMALL = ["--env", "CartPole-v1", "--envs-per-worker", "8", "--worker-splits", "2", "--rollout", "16",
          "--batch-size", "256", "--report-interval", "1", "--device", "cpu", "--remote-envs-per-worker", "8"]

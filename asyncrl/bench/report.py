@@ -123,6 +123,13 @@ def markdown(records: list[dict[str, Any]], ratios: list[dict[str, Any]], notes:
         if r.get("over_one_policy"):
             lines += [f"{r['env']}: train frames/s with {r['label']} / with one policy (same env and layout): "
                       f"{r['over_one_policy']:.2f}", ""]
+        if r["mode"] == "ray_train" and r.get("sps"):
+            st = r.get("stages") or {}
+            share, mb, slots = st.get("remote_share"), st.get("remote_bytes_per_s"), st.get("remote_slots_per_s")
+            lines += [f"{r['env']} through Ray ({layout(r)} local, {r['label']}): train frames/s / all-local train "
+                      f"row: {_num(r.get('over_local_train'), '.2f')}; through Ray {_num(mb and mb / 1e6, '.1f')} "
+                      f"MB/s in {_num(slots, '.1f')} slots/s, {_num(share and 100 * share, '.0f')}% of the steps, "
+                      f"arrival lag {_num(st.get('remote_lag_mean'), '.1f')} versions", ""]
         if r.get("over_feed_forward"):
             sf2 = r.get("asyncrl_over_sf2")
             lines += [f"{r['env']}: train frames/s with {r['label']} / feed-forward (same env and layout): "

@@ -18,10 +18,13 @@ MODES: dict[str, str] = {
     "replay": "replay-buffer insert and sample transitions/s at --replay-capacity (default 1M), uniform and "
               "prioritized, Pendulum-like (3 float32) and Atari-like (84x84 uint8) observations, and the time "
               "of one prioritized-replay update of 256 priorities (in this process; --env is ignored)",
+    "ray_train": "train with as many remote actor groups as --workers (same envs each) on a Ray node started on "
+                 "this machine (loopback): half the trajectories through Ray, and the bytes and slots per second "
+                 "that went through it",
     "sf2_train": "Sample Factory 2 training a doom_ env with the same layout, from the interpreter --sf2-python "
                  "points at (its own virtual environment): its env frames/s from its own log",
 }
-TRAINER_MODES = ("sampler", "train", "null")
+TRAINER_MODES = ("sampler", "train", "null", "ray_train")
 
 # The reference layout (also Sample Factory's Atari benchmark layout, with 16 envs per worker).
 REF_WORKERS = 4

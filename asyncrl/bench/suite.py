@@ -78,6 +78,19 @@ RNN_ARGS = ("--rnn", "gru")
 RNN_LABEL = "--rnn gru"
 
 
+# Ray (the full suite): the env's train row with half its workers' envs on remote actor groups (a Ray node on this
+# machine, started and stopped by the row)
+RAY_ENV = "atari_pong"
+RAY_GROUP = f"{RAY_ENV} via Ray"
+
+
+def ray_missing() -> str | None:
+    """Why the Ray row cannot run (ray is not installed), or None."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("ray") else f"the {RAY_GROUP} row skipped: {install_hint('ray')}"
+
+
 def rnn_group(env: str) -> str:
     return f"{env} {RNN_LABEL}"
 
@@ -119,6 +132,10 @@ def plan(envs: list[str], quick: bool, base: BenchSettings, cpus: int | None = N
                 steps.append(Step(base.for_mode(mode, **changes, extra_trainer_args=(*base.extra_trainer_args,
                                                                                      *RNN_ARGS)),
                                   group=rnn_group(env), label=RNN_LABEL))
+            if mode == "train" and env == RAY_ENV and not quick and not ray_missing():
+                half = max(1, changes.get("workers", base.workers) // 2)  # as many envs, half of them remote
+                steps.append(Step(base.for_mode("ray_train", **{**changes, "workers": half}), group=RAY_GROUP,
+                                  label=f"+ {half} remote groups"))
             if mode == "train" and env.startswith("doom_") and base.sf2_python:  # Sample Factory beside it
                 steps.append(Step(base.for_mode("sf2_train", **changes, extra_trainer_args=())))  # not its flags
     if BATCHED_ENV in envs:  # the guide's 4,096 envs through the batched backend, and the naive loop on them
@@ -214,9 +231,9 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     row per env. A `--rnn gru` row gets its ratio over the env's feed-forward train row and over Sample Factory 2
     (which runs its GRU); a population row its ratio over one policy."""
     rows = []
-    variants = {POPULATION_GROUP, *map(rnn_group, RNN_ENVS)}
+    variants = {POPULATION_GROUP, RAY_GROUP, *map(rnn_group, RNN_ENVS)}
     own = [r for r in records
-           if r["mode"] not in ("null", "replay", "sf2_train") and r.get("group") not in variants]
+           if r["mode"] not in ("null", "replay", "sf2_train", "ray_train") and r.get("group") not in variants]
     for env in dict.fromkeys(r.get("group", r["env"]) for r in own):
         env_only, sampler, train, naive = (find(records, env, m) for m in ENV_MODES)
         row = {"env": env, "sampler_over_env_only": ratio(sampler, env_only),
@@ -229,6 +246,9 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             train["asyncrl_over_naive"] = row["asyncrl_over_naive"]
             train["asyncrl_over_sf2"] = row["asyncrl_over_sf2"]
         rows.append(row)
+    ray = find(records, RAY_GROUP, "ray_train")
+    if ray:
+        ray["over_local_train"] = ratio(ray, find(records, RAY_ENV, "train"))
     population = find(records, POPULATION_GROUP, "train")
     if population:
         population["over_one_policy"] = ratio(population, find(records, POPULATION_ENV, "train"))

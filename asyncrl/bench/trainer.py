@@ -26,16 +26,19 @@ from asyncrl.diagnostics.metrics import read_metrics
 STARTUP_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 60.0
 POLL_S = 0.25
-EXTRA_STAGE_KEYS = ("inference_batch_mean", "cpu_system", "cpu_run")  # besides every `*_frac` field
+EXTRA_STAGE_KEYS = ("inference_batch_mean", "cpu_system", "cpu_run",  # and through Ray (ray_train)
+                    "remote_bytes_per_s", "remote_slots_per_s", "remote_share", "remote_lag_mean")
 
 
 class TrainerFailed(RuntimeError):
     """asyncrl-train exited before the measurement was complete."""
 
 
-def measured_windows(records: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]] | None:
-    """The warm-up record then the `repeats` records after it (start-up records dropped); None until complete."""
-    first = next((i for i, r in enumerate(records) if r.get("env_steps", 0) > 0), None)
+def measured_windows(records: list[dict[str, Any]], repeats: int, remote: bool = False) -> list[dict[str, Any]] | None:
+    """The warm-up record then the `repeats` records after it (start-up records dropped: with `remote`, until
+    remote actor groups' slots arrive too); None until complete."""
+    first = next((i for i, r in enumerate(records)
+                  if r.get("env_steps", 0) > 0 and (not remote or (r.get("remote_share") or 0) > 0)), None)
     if first is None:
         return None
     windows = records[first + 1:first + 2 + repeats]
@@ -85,7 +88,9 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def run_trainer(s: BenchSettings) -> dict[str, Any]:
+def run_trainer(s: BenchSettings, remote: bool = False) -> dict[str, Any]:
+    """`s`'s asyncrl-train run measured over its metrics records; `remote`: the windows start once remote actor
+    groups deliver (`ray_train`)."""
     train_dir = Path(tempfile.mkdtemp(prefix="asyncrl-bench-"))
     metrics, log_path = train_dir / "bench" / "metrics.jsonl", train_dir / "train.log"
     cmd = [sys.executable, "-m", "asyncrl.cli.train", *s.trainer_args(), "--train-dir", str(train_dir),
@@ -96,7 +101,7 @@ def run_trainer(s: BenchSettings) -> dict[str, Any]:
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
             try:
-                warmup, *windows = _wait_for_windows(proc, s, metrics, log_path, started)
+                warmup, *windows = _wait_for_windows(proc, s, metrics, log_path, started, remote)
             finally:
                 _stop(proc)
         first_frames = re.search(r"first frames ([0-9.]+) s", log_path.read_text(errors="replace"))
@@ -118,10 +123,10 @@ def run_trainer(s: BenchSettings) -> dict[str, Any]:
 
 
 def _wait_for_windows(proc: subprocess.Popen, s: BenchSettings, metrics: Path, log_path: Path,
-                      started: float) -> list[dict[str, Any]]:
+                      started: float, remote: bool = False) -> list[dict[str, Any]]:
     deadline = started + STARTUP_TIMEOUT_S + s.window_s * (s.repeats + 2)
     while time.monotonic() < deadline:
-        windows = measured_windows(read_metrics(str(metrics.parent)), s.repeats)
+        windows = measured_windows(read_metrics(str(metrics.parent)), s.repeats, remote)
         if windows is not None:
             return windows
         if proc.poll() is not None:

@@ -108,6 +108,8 @@ def run_mode(s: BenchSettings) -> dict[str, Any]:
         from asyncrl.bench.replay import run_replay as run
     elif s.mode == "sf2_train":
         from asyncrl.bench.sample_factory import run_sample_factory as run
+    elif s.mode == "ray_train":
+        from asyncrl.bench.ray_row import run_ray_train as run
     else:
         from asyncrl.bench.trainer import run_trainer as run
     record = run(s)

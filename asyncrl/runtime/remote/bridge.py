@@ -2,7 +2,8 @@
 
 One forked process of the run (`remote-0`, beside the rollout workers) is the Ray client. It starts
 `--remote-workers` actor groups where Ray's resources place them, sends each the learner's published weights
-(through Ray's object store, once per new version: `ray.put` once, the ref passed to every group that is behind),
+(through Ray's object store: `ray.put` once per new version, its ref posted on a `WeightsBoard` actor that each
+group asks between steps, so a group acts on weights as fresh as a local policy worker's, give or take 50 ms),
 keeps two `collect` calls in flight per group so a group steps while its last slots travel, and writes each
 shipped slot into a free slot of the shared trajectory buffer, then queues it for the learner: from there on the
 learner cannot tell it from a local one (its `versions` column holds the version that acted, so the lag cap and
@@ -43,7 +44,6 @@ class GroupState:
     handle: Any = None
     generation: int = 0
     restarts: int = 0
-    version: list[int] = field(default_factory=list)  # the weights versions it was last sent
     node: str = "?"
     dropped: bool = False
     # the interval's counts
@@ -75,6 +75,7 @@ class Bridge:
         self.flat: list[np.ndarray] = []
         self.versions: list[int] = []
         self.ref: Any = None  # the current weights in the object store
+        self.board: Any = None  # the WeightsBoard actor the groups read them from
 
     # ----- weights -----
     def _refresh_weights(self) -> bool:
@@ -93,6 +94,7 @@ class Bridge:
             flat.append(out)
             versions.append(version)
         self.flat, self.versions, self.ref = flat, versions, self.ray.put(flat)
+        self.board.post.remote(versions, [self.ref])  # in a list: the groups get the ref, not the arrays
         return True
 
     # ----- groups -----
@@ -101,16 +103,12 @@ class Bridge:
 
         remote = self.ray.remote(ActorGroup).options(num_cpus=self.cfg.remote_cpus, max_restarts=0,
                                                      max_concurrency=1)
-        group.handle = remote.remote(self.cfg, self.spec, group.index, group.generation)
-        group.version = []
+        group.handle = remote.remote(self.cfg, self.spec, group.index, group.generation, self.board)
         for _ in range(IN_FLIGHT):
             self._call(group)
 
     def _call(self, group: GroupState) -> None:
-        current = group.version == self.versions
-        ref = group.handle.collect.remote(None if current else self.ref, self.versions)
-        group.version = list(self.versions)
-        self.pending[ref] = group
+        self.pending[group.handle.collect.remote()] = group
 
     def _failed(self, group: GroupState, exc: Exception) -> None:
         """A group's call raised: its actor or node is gone. Restart it elsewhere, or drop it."""
@@ -137,6 +135,9 @@ class Bridge:
 
     # ----- the loop -----
     def run(self) -> None:
+        from asyncrl.runtime.remote.group import WeightsBoard
+
+        self.board = self.ray.remote(WeightsBoard).options(num_cpus=0).remote()
         while not self._refresh_weights():  # the learner's first weights
             if self.channels.stopping:
                 return
@@ -168,9 +169,9 @@ class Bridge:
                 self._maybe_report()
         finally:
             self._maybe_report(force=True)
-            for group in self.groups:
-                if group.handle is not None:
-                    self.ray.kill(group.handle, no_restart=True)
+            for handle in [g.handle for g in self.groups] + [self.board]:
+                if handle is not None:
+                    self.ray.kill(handle, no_restart=True)
 
     def _deliver(self, group: GroupState, shipment: dict[str, Any]) -> bool:
         """Queue the shipment's slots for the learner and count its steps; False once stopping."""

@@ -2,8 +2,9 @@
 
 The group runs as a Ray actor (`asyncrl.runtime.remote.bridge` makes it one). It steps its env splits and acts on
 them in one process, as `--serial` does, with a CPU copy of each acting policy loaded from the weights the bridge
-sends (a flat float32 array per policy, through Ray's object store, at most once per new version). Each call of
-`collect` steps until at least one slot is full and returns the full slots as plain arrays, tagged in their
+publishes (a flat float32 array per policy, `ray.put` once per new version; each group fetches it from the
+object store when it sees a newer version on the bridge's `WeightsBoard`). Each call of `collect` steps until at
+least one slot is full and returns the full slots as plain arrays, tagged in their
 `versions` column with the policy version that acted, so the learner's lag cap and V-trace treat them as local
 ones. Its slots are its own (anonymous memory): only copies leave the node.
 """
@@ -23,6 +24,23 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.plumbing.policy_map import PolicyMap
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories
 from asyncrl.runtime.stages.rollout import RolloutStage, StageFatal, episode_report
+
+CHECK_EVERY_S = 0.05  # how often a group asks for newer weights (a policy worker checks before every batch)
+
+
+class WeightsBoard:
+    """The newest published weights as an object-store ref, for the groups to fetch when theirs are older (a Ray
+    actor of the bridge's; the ref travels inside a list, so Ray hands it over unresolved)."""
+
+    def __init__(self) -> None:
+        self.versions: list[int] = []
+        self.ref: list[Any] = []
+
+    def post(self, versions: list[int], ref: list[Any]) -> None:
+        self.versions, self.ref = versions, ref
+
+    def latest(self, known: list[int]) -> tuple[list[int], list[Any]] | None:
+        return None if known == self.versions or not self.ref else (self.versions, self.ref)
 
 
 def group_config(cfg: Config) -> Config:
@@ -54,7 +72,7 @@ class EnvErrorNotes:
 class ActorGroup:
     """Group `index` of the run: its envs, its slots and its acting policies."""
 
-    def __init__(self, cfg: Config, spec: EnvSpec, index: int, generation: int):
+    def __init__(self, cfg: Config, spec: EnvSpec, index: int, generation: int, board: Any = None):
         import torch
 
         from asyncrl.agents.acting import published_actor
@@ -83,6 +101,7 @@ class ActorGroup:
         for split in range(self.splits):
             self.rollout.begin(split, split)
         self.where = node_name()
+        self.board, self.checked = board, 0.0  # the bridge's `WeightsBoard`, asked at most every CHECK_EVERY_S
 
     def _load(self, weights: list[np.ndarray], versions: list[int]) -> None:
         import torch
@@ -95,10 +114,22 @@ class ActorGroup:
                     offset += t.numel()
         self.versions = list(versions)
 
-    def collect(self, weights: list[np.ndarray] | None, versions: list[int]) -> dict[str, Any]:
-        """Load `weights` (None: unchanged), step until a slot is full; the full slots' arrays and the counts."""
-        if weights is not None:
-            self._load(weights, versions)
+    def _refresh(self) -> None:
+        """Load the newest published weights from the board, if they are newer than the ones acting."""
+        now = time.monotonic()
+        if self.board is None or now - self.checked < CHECK_EVERY_S:
+            return
+        import ray
+
+        self.checked = now
+        latest = ray.get(self.board.latest.remote(self.versions))
+        if latest is not None:
+            versions, (ref,) = latest
+            self._load(ray.get(ref), versions)
+
+    def collect(self) -> dict[str, Any]:
+        """Step until a slot is full, acting on the newest weights (asked for between steps); the full slots'
+        arrays and the counts."""
         stage, traj = self.rollout, self.traj
         steps = errors = 0
         episodes: list[tuple] = []
@@ -107,6 +138,7 @@ class ActorGroup:
         full: list[int] = []
         try:
             while not full:
+                self._refresh()
                 t0 = time.monotonic()
                 if self.policies is not None:  # which policy acts for each env column, as a rollout worker writes
                     for split in range(self.splits):

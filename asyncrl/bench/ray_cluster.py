@@ -1,4 +1,5 @@
-"""A real Ray cluster of several nodes on this machine, bound to loopback, for the remote actor tests.
+"""A Ray cluster of several nodes on this machine, advertised on loopback, for the remote actor tests and the
+bench's `ray_train` row (what `ray start` does on real machines, one node per `ray start --block` process).
 
 Each node is a `ray start --block` process of its own (the head first); stopping the cluster ends those processes
 and every process under them, by PID, and checks none is left. `kill_node` kills one worker node's raylet with
@@ -27,7 +28,7 @@ def free_port() -> int:
 
 
 class LocalCluster:
-    def __init__(self, logs: Path, head_cpus: int = 1, node_cpus: tuple[int, ...] = (1,)):
+    def __init__(self, logs: Path, head_cpus: float = 1, node_cpus: tuple[float, ...] = (1,)):
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.logs = logs
@@ -40,10 +41,16 @@ class LocalCluster:
             self._start(["--address", self.address], cpus)
         self._wait_nodes(1 + len(node_cpus))
 
-    def _start(self, args: list[str], cpus: int) -> None:
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _start(self, args: list[str], cpus: float) -> None:
         log = open(self.logs / f"node{len(self.nodes)}.log", "wb")  # noqa: SIM115 - the node's lifetime
         self.nodes.append(subprocess.Popen(
-            [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus),
+            [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(int(cpus)),
              "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
     def _wait_nodes(self, count: int, timeout: float = 90.0) -> None:
