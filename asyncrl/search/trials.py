@@ -133,6 +133,8 @@ class Search:
                 proc, log = start_run(p)
                 runs.append(Run(p, proc, log, MetricsTail(p.run_dir, self.spec.objective.metric)))
             self.active.append(Active(trial, params, runs))
+            if self.stop:  # SIGINT came while these runs were starting: they stop too
+                self._on_sigint(signal.SIGINT, None)
             retry_of = trial.user_attrs.get("retry_of")
             again = f" (again: trial {retry_of} was interrupted)" if retry_of is not None else ""
             self.out(f"[{finished + running + 1}/{self.spec.trials}] start {trial_name(trial.number)}{again}: "
