@@ -119,7 +119,7 @@ class Search:
         return finished, running
 
     def _fill(self) -> None:
-        while len(self.active) < self.slots:
+        while len(self.active) < self.slots and not self.stop:
             finished, running = self.counts()
             if finished + running >= self.spec.trials:
                 return
