@@ -32,7 +32,9 @@ PY="$ROOT/.venv/bin/python"
 MISSING=(gymnasium farama-notifications faster-fifo ale-py setproctitle)
 REST=(numpy psutil tensorboard tensorboard-data-server matplotlib contourpy cycler fonttools kiwisolver pillow
       pyparsing python-dateutil six packaging imageio pyyaml cloudpickle typing-extensions protobuf grpcio
-      markdown werkzeug markupsafe absl-py)
+      markdown werkzeug markupsafe absl-py
+      ray click filelock jsonschema jsonschema-specifications referencing rpds-py attrs msgpack requests idna
+      urllib3 certifi charset-normalizer)  # ray and its dependencies: gpu_check.sh's remote-actors row
 NAMES=("${MISSING[@]}")
 [ "$ALL" = 1 ] && NAMES+=("${REST[@]}")
 

@@ -93,7 +93,7 @@ fi
 if [ "$CUDA" = 0 ] && [ "$REHEARSAL" = 0 ]; then
     for path in cartpole-appo resume load-policy-cuda load-policy-no-gpu enjoy-cuda enjoy-no-gpu-auto \
                 export-torchscript-no-gpu export-onnx notebook-refused notebook-nvml-trains cuda-tensors sac-per \
-                pong-fps-default pong-fps-1-learner-thread pong-bf16 nccl-2-ranks; do
+                pong-fps-default pong-fps-1-learner-thread pong-bf16 remote-cpu-actors nccl-2-ranks; do
         say SKIP "$path" "no CUDA device here (--cpu-rehearsal runs the paths on the CPU)"
     done
     exit 0
@@ -243,6 +243,30 @@ train sac-per $((T_SAC + 20)) 150 -- --env Pendulum-v1 --algo sac --per --device
 train pong-fps-default $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --seconds "$T_PONG" --checkpoint-interval 15
 train pong-fps-1-learner-thread $((T_PONG + 25)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --learner-threads 1 --seconds "$T_PONG" --checkpoint-interval 15
 train pong-bf16 $((T_PONG + 20)) 150 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" "${PONG_LAYOUT[@]}" --precision bf16 --seconds $((T_PONG - 10)) --checkpoint-interval 10
+
+# a CUDA learner fed by remote CPU actors only: a Ray cluster of two nodes on this machine (loopback), 4 remote
+# groups of Pong on the second node, none local (docs/ray.md); SKIP where ray does not import
+REMOTE='import sys, subprocess, statistics, pathlib
+from asyncrl.bench.ray_cluster import LocalCluster
+from asyncrl.diagnostics.metrics import read_metrics
+dev, out, seconds = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+out.mkdir(parents=True, exist_ok=True)
+with LocalCluster(out, head_cpus=0, node_cpus=(4,)) as cluster:
+    subprocess.run([sys.executable, "-m", "asyncrl.cli.train", "--env", "atari_pong", "--device", dev, "--workers", "0",
+                    "--remote-workers", "4", "--ray", cluster.address, "--seconds", seconds, "--report-interval", "5",
+                    "--train-dir", str(out), "--experiment", "remote"], check=True)
+rs = [r for r in read_metrics(str(out / "remote")) if r.get("remote_share")][1:]
+fps = statistics.median(r["fps"] for r in rs)
+lag = statistics.median(r["remote_lag_mean"] for r in rs if r.get("remote_lag_mean") is not None)
+last = rs[-1]
+share, mb, version = last["remote_share"], last["remote_bytes_per_s"] / 1e6, last["policy_version"]
+print(f"{dev} learner, 4 remote CPU groups: median {fps:,.0f} frames/s, remote share {share:.0%}, "
+      f"arrival lag {lag:.1f}, {mb:.1f} MB/s through Ray, version {version}")'
+if [ "$DRY" = 0 ] && ! "$PY" -c "import ray" 2>/dev/null; then
+    say SKIP remote-cpu-actors "ray does not import here: scripts/fetch_gpu_wheels.sh --all fetches it"
+else
+    check remote-cpu-actors $((T_PONG + 60)) 240 "" "$PY" -c "$REMOTE" "$DEV" "$OUT/runs/remote-cluster" $((T_PONG + 25))
+fi
 
 # 2-rank NCCL with both normalisers (the mujoco preset's): NCCL takes one GPU per rank
 if [ "$DRY" = 0 ] && { [ "$REHEARSAL" = 1 ] || [ "${GPUS:-0}" -lt 2 ]; }; then

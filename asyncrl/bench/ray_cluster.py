@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-RAY = str(Path(sys.executable).with_name("ray"))
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command, wherever this Python's ray is installed
 
 
 def free_port() -> int:
@@ -50,13 +50,13 @@ class LocalCluster:
     def _start(self, args: list[str], cpus: float) -> None:
         log = open(self.logs / f"node{len(self.nodes)}.log", "wb")  # noqa: SIM115 - the node's lifetime
         self.nodes.append(subprocess.Popen(
-            [RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(int(cpus)),
+            [*RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(int(cpus)),
              "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
     def _wait_nodes(self, count: int, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = subprocess.run([RAY, "status", "--address", self.address], capture_output=True, text=True,
+            out = subprocess.run([*RAY, "status", "--address", self.address], capture_output=True, text=True,
                                  env=self.env)
             if out.returncode == 0 and out.stdout.count(" node_") >= count:
                 return
