@@ -227,9 +227,10 @@ SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_rem
               "test_reliability.py", "test_api.py", "test_examples.py", "test_e2e.py", "test_engine_paths.py",
               "test_memory.py", "test_gymnax_env.py", "test_off_policy_checkpoints.py", "test_recurrent.py",
               "test_population.py", "test_starvation.py", "test_serial.py", "test_seeding.py", "test_bench.py",
-              "test_eval.py", "test_env_hooks.py", "test_group_signals.py", "test_sweep.py", "test_doc_commands.py",
-              "test_env_recovery.py", "test_multi_agent.py", "test_off_policy_learners.py", "test_dict_obs.py",
-              "test_action_masks.py", "test_diagnose_inside.py", "test_callbacks.py", "test_resume_config.py")
+              "test_eval.py", "test_tune.py", "test_env_hooks.py", "test_group_signals.py", "test_sweep.py",
+              "test_doc_commands.py", "test_env_recovery.py", "test_multi_agent.py", "test_off_policy_learners.py",
+              "test_dict_obs.py", "test_action_masks.py", "test_diagnose_inside.py", "test_callbacks.py",
+              "test_resume_config.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

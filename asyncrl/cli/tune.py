@@ -154,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
         return measure(as_flags({**base, **measuring, **layout_settings(cfg)}), opts.seconds_per_layout,
                        run_dir, name)
 
+    warned: list[str] = []
+
+    def on_trial(trial: Trial) -> None:
+        print(row(trial), flush=True)
+        if trial.result.verdict == "starved" and not warned:
+            warned.append("starved")
+            print("asyncrl-tune: warning: other jobs hold the cores (a CPU-starved verdict): these figures are this "
+                  "busy machine's and vary run to run; tune again when it is quiet", flush=True)
+
     search = Search(start, ref, cores, opts.seconds_per_layout, opts.budget, run_layout,
-                    max_layouts=opts.max_layouts, confirm=opts.confirm,
-                    on_trial=lambda trial: print(row(trial), flush=True))
+                    max_layouts=opts.max_layouts, confirm=opts.confirm, on_trial=on_trial)
     whose = "your layout" if any(k in given for k in LAYOUT) else "the preset's layout"
     print(f"asyncrl-tune: {start.env} ({start.algo}) on {cores_line(cores)}; start: {whose}, "
           f"{layout_text(layout_of(start))}", flush=True)

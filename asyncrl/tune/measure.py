@@ -1,4 +1,5 @@
-"""Measure one layout: a short `asyncrl-train --seconds N` run in a child process, read from its metrics.jsonl.
+"""Measure one layout: a short `asyncrl-train` run in a child process (a fork of the tuner), read from its
+metrics.jsonl.
 
 The run is the real engine with every setting the user gave, the layout's flags on top, one record a second
 (`--report-interval 1`) and no dashboard; it is stopped (SIGINT, a clean stop) once its records span the measured
@@ -70,11 +71,73 @@ def summarize(records: list[dict[str, Any]]) -> Measurement:
                        reason=reason, fractions=fractions)
 
 
-def train_command(flags: list[str], seconds: float, train_dir: str, experiment: str) -> list[str]:
-    """The child's command line: the user's flags, then the measurement's own (they win)."""
-    return [sys.executable, "-m", "asyncrl.cli.train", *flags, "--seconds", f"{seconds:g}", "--train-dir", train_dir,
-            "--experiment", experiment, "--report-interval", "1", "--checkpoint-interval", "1e9",
-            "--keep-checkpoints", "1", "--no-dashboard"]
+def train_args(flags: list[str], seconds: float, train_dir: str, experiment: str) -> list[str]:
+    """The child's asyncrl-train arguments: the user's flags, then the measurement's own (they win)."""
+    return [*flags, "--seconds", f"{seconds:g}", "--train-dir", train_dir, "--experiment", experiment,
+            "--report-interval", "1", "--checkpoint-interval", "1e9", "--keep-checkpoints", "1", "--no-dashboard"]
+
+
+class Forked:
+    """`asyncrl-train ARGS` as a fork of this process (torch and asyncrl imported once here, not again for every
+    layout: 2-3 s of CPU each), in a session of its own, its output in `log_path`: the part of subprocess.Popen
+    the measurement uses."""
+
+    def __init__(self, args: list[str], log_path: str):
+        warm_up()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                from asyncrl.cli.train import main
+
+                code = main(args)
+            except BaseException:  # noqa: BLE001 - the child reports and exits; it must not return into the tuner
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code or 0)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("asyncrl-train", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+def warm_up() -> None:
+    """Import what every run imports (torch included) once, in the tuner, before the first fork."""
+    import torch  # noqa: F401
+
+    import asyncrl.cli.train  # noqa: F401
+    import asyncrl.runtime.roles.runner  # noqa: F401
 
 
 def steady_span(records: list[dict[str, Any]]) -> float:
@@ -84,20 +147,19 @@ def steady_span(records: list[dict[str, Any]]) -> float:
 
 
 def measure(flags: list[str], seconds: float, train_dir: str, experiment: str) -> Measurement:
-    """Run `asyncrl-train FLAGS` in a new session (so a stuck run is stopped with all its processes) until its
-    records span `seconds` of stepping (start-up not counted), stop it as Ctrl-C would, and summarise its records."""
+    """Run `asyncrl-train FLAGS` (a fork of this process, in a new session, so a stuck run is stopped with all its
+    processes) until its records span `seconds` of stepping (start-up not counted), stop it as Ctrl-C would, and
+    summarise its records."""
     log_path = os.path.join(train_dir, f"{experiment}.log")
     run_dir = os.path.join(train_dir, experiment)
     os.makedirs(train_dir, exist_ok=True)
     t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(train_command(flags, seconds + GRACE_S, train_dir, experiment), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            code = _wait_for_span(proc, run_dir, seconds, t0 + seconds + 2 * GRACE_S)
-        except BaseException:  # Ctrl-C in the tuner: stop the child and its workers first
-            _stop(proc)
-            raise
+    proc = Forked(train_args(flags, seconds + GRACE_S, train_dir, experiment), log_path)
+    try:
+        code = _wait_for_span(proc, run_dir, seconds, t0 + seconds + 2 * GRACE_S)
+    except BaseException:  # Ctrl-C in the tuner: stop the child and its workers first
+        _stop(proc)
+        raise
     result = summarize(read_metrics(run_dir))
     result.wall_s = time.monotonic() - t0
     if code != 0:
@@ -107,7 +169,7 @@ def measure(flags: list[str], seconds: float, train_dir: str, experiment: str) -
     return result
 
 
-def _wait_for_span(proc: subprocess.Popen, run_dir: str, seconds: float, deadline: float) -> int:
+def _wait_for_span(proc: Forked, run_dir: str, seconds: float, deadline: float) -> int:
     """Wait until the run's records span `seconds` of stepping, then SIGINT it (a clean stop); its exit code.
     A run past `deadline` is stopped with its whole session."""
     stopping = False
@@ -124,7 +186,7 @@ def _wait_for_span(proc: subprocess.Popen, run_dir: str, seconds: float, deadlin
             stopping = True
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: Forked) -> None:
     """SIGINT the run, then its whole session with SIGKILL if it has not ended in 30 s."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)

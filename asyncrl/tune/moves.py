@@ -130,11 +130,13 @@ def apply(cfg: Config, move: Move, ref: Reference) -> Config | None:
     return fixed
 
 
-def _candidates(cfg: Config, kind: str | None, dropped: float, cores: int) -> list[Move]:
+def _candidates(cfg: Config, kind: str | None, dropped: float, cores: int, ref: Reference) -> list[Move]:
     """Every move the verdict calls for, best first (not yet checked against the rules)."""
     w, e, s, p = cfg.workers, cfg.envs_per_worker, cfg.worker_splits, cfg.policy_workers
     threads = effective_learner_threads(cfg, cores)
     more_envs = Move("envs_per_worker", 2 * e, "more envs per worker (each worker steps more envs per message)")
+    if 4 * e <= ref.envs_per_worker:  # far below the preset's: go there at once rather than double step by step
+        more_envs = Move("envs_per_worker", ref.envs_per_worker, "the preset's envs per worker (many more per message)")
     more_workers = Move("workers", w + 1, "one more rollout worker")
     fewer_workers = Move("workers", w - 1, "one rollout worker fewer (its core goes to the busy stage)")
     fewer_splits = Move("worker_splits", max(1, s // 2), "fewer worker splits (more envs per request)")
@@ -155,7 +157,10 @@ def _candidates(cfg: Config, kind: str | None, dropped: float, cores: int) -> li
         "remote": [fewer_splits, more_envs],
         "starved": [fewer_workers, fewer_envs],
     }
-    moves += by_kind.get(kind or "", [more_envs, more_workers])
+    chosen = by_kind.get(kind or "", [more_envs, more_workers])
+    if 4 * e <= ref.envs_per_worker and more_envs in chosen:
+        chosen = [more_envs, *(m for m in chosen if m != more_envs)]
+    moves += chosen
     limit_ok = [m for m in moves if m.value >= 1 and m.value != getattr(cfg, m.name)
                 and not (m.name == "workers" and m.value > 2 * cores)
                 and not (m.name == "policy_workers" and m.value > max(2, cores // 2))]
@@ -166,7 +171,7 @@ def moves(cfg: Config, kind: str | None, dropped: float, cores: int, ref: Refere
     """The one-flag changes the verdict `kind` (and a `dropped` share of stale samples) calls for, best first, each
     with the Config it makes; moves that break a rule are left out."""
     out = []
-    for move in _candidates(cfg, kind, dropped, cores):
+    for move in _candidates(cfg, kind, dropped, cores, ref):
         made = apply(cfg, move, ref)
         if made is not None:
             out.append((move, made))

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.aggregate import Totals
@@ -98,6 +99,7 @@ class RunBook:
         self.callbacks = Callbacks(callbacks)  # asyncrl.train(callbacks=...): called in the caller's process
         self.totals = Totals()
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
+        self.dashboard: Any = None  # the live screen (asyncrl.diagnostics.dashboard) once a record is shown on a TTY
         self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
         self.metrics: MetricsWriter | None = None
         self.stop_reason: str | None = None
@@ -120,6 +122,7 @@ class RunBook:
         """After the shutdown: staged evaluation files of an evaluation stopped part-way go, the handlers that were
         there before come back, and the metrics sinks close."""
         self.evaluation.discard_staged()
+        self.stop_dashboard()
         self.detach(self.attached)
         with contextlib.suppress(OSError):
             self.metrics.close()
@@ -272,10 +275,30 @@ class RunBook:
             self.monitor.flush(verdict=False)
             return record
         self.last_printed = time.monotonic()
-        if show:
+        if show and self.show_dashboard():
+            self.dashboard.update(record, now - self.t_loop)
+        elif show:
             self.out(self.progress.line(record, now - self.t_loop), flush=True)
         self.monitor.flush(verdict=verdict)
         return record
+
+    def show_dashboard(self) -> bool:
+        """Whether this record goes to the live dashboard (started at the first record shown: --dashboard and
+        stdout a terminal) rather than the progress line."""
+        if self.dashboard is None and not self.shutting_down and self.out is print:
+            from asyncrl.diagnostics.dashboard import wanted
+
+            if wanted(self.cfg):
+                from asyncrl.diagnostics.dashboard import Dashboard
+
+                self.dashboard = Dashboard(self.cfg)
+                self.dashboard.start()
+        return self.dashboard is not None
+
+    def stop_dashboard(self) -> None:
+        """Leave the dashboard's last frame on the terminal; what follows prints as lines again."""
+        if self.dashboard is not None:
+            self.dashboard.stop()
 
     def fatal(self, payload: dict) -> None:
         """The last record of a run stopped by an error (`payload`: message and code)."""
