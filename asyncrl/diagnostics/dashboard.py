@@ -8,8 +8,8 @@ learner's losses, entropy, KL and gradient norm, the episode return with its his
 is the bottleneck or stale samples are dropped it shows the one flag change asyncrl-tune would try first
 (asyncrl.tune.moves.suggestion).
 
-Its own cost is on the screen: the CPU time of the thread that draws it (time.thread_time around each redraw,
-which renders and writes the frame) against the run's CPU time (its processes' `cpu_total` over each interval).
+Its own cost is on the screen: its CPU time (time.thread_time around each redraw, which lays out and writes the
+frame, and around `update`) against the run's CPU time (its processes' `cpu_total` over each interval).
 
 Forking: the runner forks workers (and restarts them) while the screen is live. A fork waits for a redraw in
 progress to end (os.register_at_fork), so no child starts with rich's or stdout's lock held, and a child gets the
@@ -87,7 +87,7 @@ class Dashboard:
         self.returns: deque[float] = deque(maxlen=HISTORY)
         self.eta: tuple[float, float | None] | None = None
         self.suggestion: str | None = None
-        self.draw_cpu_s = 0.0  # CPU time of the redraws
+        self.draw_cpu_s = 0.0  # CPU time of the redraws and of taking in the records
         self.run_cpu_s = 0.0  # the run's processes' CPU time over the records seen
         self.redraws = 0
         self._last_time: float | None = None
@@ -149,6 +149,7 @@ class Dashboard:
         """Keep one metrics record (the runner's thread; the redraw thread reads it)."""
         from asyncrl.tune.moves import suggestion
 
+        t0 = time.thread_time()
         t, cpu = record.get("time"), record.get("cpu_total")
         if isinstance(t, int | float) and self._last_time is not None and isinstance(cpu, int | float):
             self.run_cpu_s += cpu / 100.0 * max(0.0, t - self._last_time)
@@ -164,6 +165,7 @@ class Dashboard:
             self.eta = eta
             self.suggestion = advice
             self._t_update = time.monotonic()
+            self.draw_cpu_s += time.thread_time() - t0
 
     def cost_text(self) -> str:
         """`this screen: 0.04 s of CPU, 0.1% of the run's 41 s`."""

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import KINDS, LABELS
 from asyncrl.tune.measure import Measurement
-from asyncrl.tune.moves import Reference, layout_of, moves
+from asyncrl.tune.moves import Move, Reference, layout_of, moves
 
 START_UP_S = 4.0  # a measurement's wall time past its --seconds before the first one says (start-up, shutdown)
+BACKFIRED = 0.5  # a move that left less than this share of its layout's steps/s is not tried on other layouts
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Trial:
     config: Config
     why: str
     results: list[Measurement] = field(default_factory=list)
+    parent: Trial | None = None  # the layout it was a move from, and the move
+    move: Move | None = None
 
     @property
     def layout(self) -> dict[str, int]:
@@ -93,7 +96,8 @@ class Search:
             found = self.next_layout()
             if found is None:
                 break
-            self._measure(Trial(len(self.trials) + 1, *found))
+            made, why, parent, move = found
+            self._measure(Trial(len(self.trials) + 1, made, why, parent=parent, move=move))
         winner = self.winner()
         start = self.trials[0]
         if self.confirm and winner is not start and start.ok \
@@ -113,22 +117,30 @@ class Search:
         ok = [t for t in self.trials if t.ok]
         return max(ok, key=lambda t: t.score) if ok else self.trials[0]
 
-    def next_layout(self) -> tuple[Config, str] | None:
-        """The next layout to measure and why, or None when every move of every measured layout was tried."""
+    def backfired(self) -> set[tuple[str, int]]:
+        """The moves (setting, value) that cost a layout more than half its steps/s (or broke it): on this machine
+        they are not worth measuring again elsewhere (e.g. as many learner threads as cores beside busy workers)."""
+        return {(t.move.name, t.move.value) for t in self.trials if t.move is not None and t.parent is not None
+                and (not t.ok or t.result.score < BACKFIRED * t.parent.result.score)}
+
+    def next_layout(self) -> tuple[Config, str, Trial, Move] | None:
+        """The next layout to measure, why, and the layout and move it comes from; None when every move of every
+        measured layout was tried."""
         tried = {key(t.config) for t in self.trials}
+        skip = self.backfired()
         ranked = sorted((t for t in self.trials if t.ok), key=lambda t: -t.score)
         for trial in ranked:
             r = trial.result
             for move, made in moves(trial.config, r.verdict, r.dropped_share, self.cores, self.reference):
-                if key(made) not in tried:
+                if key(made) not in tried and (move.name, move.value) not in skip:
                     said = LABELS.get(r.verdict or "", "no verdict")
                     dropping = f", drops {r.dropped_share:.0%}" if r.dropped_share > 0.01 else ""
-                    return made, f"#{trial.number} {said}{dropping}: {move.why} ({move.flag})"
+                    return made, f"#{trial.number} {said}{dropping}: {move.why} ({move.flag})", trial, move
         for trial in ranked[:1]:  # every verdict's moves of the best layout
             for kind in KINDS:
                 for move, made in moves(trial.config, kind, 0.0, self.cores, self.reference):
-                    if key(made) not in tried:
-                        return made, f"#{trial.number}'s neighbour: {move.why} ({move.flag})"
+                    if key(made) not in tried and (move.name, move.value) not in skip:
+                        return made, f"#{trial.number}'s neighbour: {move.why} ({move.flag})", trial, move
         return None
 
     def ratio(self) -> float | None:
