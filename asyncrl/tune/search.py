@@ -129,6 +129,7 @@ class Search:
         tried = {key(t.config) for t in self.trials}
         skip = self.backfired()
         ranked = sorted((t for t in self.trials if t.ok), key=lambda t: -t.score)
+        ranked = [t for t in ranked if t.score >= BACKFIRED * ranked[0].score] if ranked else []  # none far slower
         for trial in ranked:
             r = trial.result
             for move, made in moves(trial.config, r.verdict, r.dropped_share, self.cores, self.reference):
