@@ -1,10 +1,11 @@
 """The tuner's search: measure the start layout, then the moves its verdict calls for, best layout first.
 
 Each step takes the fastest layout measured so far and tries the first of its verdict's moves (asyncrl.tune.moves)
-not yet measured; when its moves are used up, the next fastest layout's; when every measured layout's are, the
-best layout's other moves. It stops when the next measurement would not end inside the time budget. With
-`confirm`, the start and the winner are measured once more at the end (their mean steps/s give the ratio, so one
-lucky or unlucky run on a busy machine does not decide it alone). Torch-free.
+not yet measured; when its moves are used up, the next fastest layout's (none under half the best's steps/s); when
+every such layout's are, the best layout's other moves. A move that cost a layout more than half its steps/s is
+not tried on another. It stops when the next measurement would not end inside the time budget. With `confirm`,
+the start and the winner are measured once more at the end and the better of the two by their mean steps/s wins
+(one lucky or unlucky run on a busy machine does not decide alone; the ratio is of those means). Torch-free.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Search:
     on_trial: Callable[[Trial], None] = lambda trial: None
     trials: list[Trial] = field(default_factory=list)
     confirmed: bool = False
+    final: Trial | None = None  # the winner `run` returned
 
     def per_layout(self) -> float:
         """The wall time of one measurement: the mean so far, or --seconds plus START_UP_S before the first."""
@@ -105,7 +107,9 @@ class Search:
             for trial in (start, winner):
                 trial.results.append(self.measure(trial.config, f"layout{trial.number}-again"))
             self.confirmed = True
-            winner = self.winner()
+            # the two measured twice decide: a layout measured once does not win on one lucky run
+            winner = winner if winner.score > start.score else start
+        self.final = winner
         return winner
 
     def _measure(self, trial: Trial) -> None:
@@ -146,7 +150,7 @@ class Search:
 
     def ratio(self) -> float | None:
         """The winner's steps/s over the start's (means over their measurements), or None without both."""
-        start, winner = self.trials[0], self.winner()
+        start, winner = self.trials[0], self.final or self.winner()
         if not start.ok or start.score <= 0:
             return None
         return winner.score / start.score
