@@ -41,13 +41,16 @@ QUEUES = ("requests", "full", "free")
 
 
 def wanted(cfg: Config, stream: Any = None) -> bool:
-    """The dashboard is on for this run: --dashboard (the default) and stdout a terminal that can draw it."""
+    """The dashboard is on for this run: --dashboard (the default), stdout a terminal that can draw it, and one
+    rank (torchrun's ranks share the terminal: they print lines)."""
+    from asyncrl.system import local_world_size
+
     stream = sys.stdout if stream is None else stream
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         return False
-    return bool(cfg.dashboard and tty and os.environ.get("TERM", "") != "dumb")
+    return bool(cfg.dashboard and tty and os.environ.get("TERM", "") != "dumb" and local_world_size() == 1)
 
 
 def sparkline(values: list[float], width: int = HISTORY) -> str:

@@ -92,7 +92,8 @@ class Search:
         deadline = t0 + self.budget
         self._measure(Trial(1, self.start, "start"))
         while len(self.trials) < self.planned_layouts():
-            reserve = 2 * self.per_layout() if self.confirm else 0.0
+            leading = self.winner() is not self.trials[0]  # the start leads: nothing to confirm yet
+            reserve = 2 * self.per_layout() if self.confirm and leading else 0.0
             if time.monotonic() + self.per_layout() + reserve > deadline:
                 break
             found = self.next_layout()
