@@ -107,7 +107,7 @@ def test_the_dashboard_draws_a_record_and_says_what_to_change() -> None:
     board.update({**record, "time": 13.0, "sps": 9000.0, "episode_return_mean": 150.0}, 13.0)
     console.print(board.render())
     text = console.export_text()
-    for part in ("9,000 steps/s", "training (learner)", "95%", "training-bound", "lag mean 1.4 max 3 of 4",
+    for part in ("9,000 steps/s", "training (learner)", "95%", "training-bound", "mean 1.4 max 3 of 4",
                  "rollout x2", "value_loss", "entropy", "grad_norm", "return 150", "ETA",
                  "do this: the learner is the bottleneck: try --minibatches 1"):
         assert part in text, (part, text)

@@ -31,6 +31,7 @@ from asyncrl.diagnostics.progress import ProgressLine, dropped_share, format_dur
 from asyncrl.diagnostics.resources import process_type
 
 HISTORY = 48  # records kept for the sparklines (4 minutes at the default 5 s report interval)
+SPARK = 30  # the steps/s sparkline's points (its panel's width)
 REFRESH_S = 1.0
 BLOCKS = "▁▂▃▄▅▆▇█"
 STAGES = (("env stepping (rollout workers)", "rollout_env_frac"), ("inference (policy workers)", "policy_infer_frac"),
@@ -89,6 +90,7 @@ class Dashboard:
         self.sps: deque[float] = deque(maxlen=HISTORY)
         self.returns: deque[float] = deque(maxlen=HISTORY)
         self.eta: tuple[float, float | None] | None = None
+        self.learner_stats: dict[str, Any] = {}  # the newest record with learner stats (an update may outlast one)
         self.suggestion: str | None = None
         self.draw_cpu_s = 0.0  # CPU time of the redraws and of taking in the records
         self.run_cpu_s = 0.0  # the run's processes' CPU time over the records seen
@@ -161,6 +163,8 @@ class Dashboard:
         advice = suggestion(self.cfg, record, self.cores)
         with self._lock:
             self.record = record
+            if record.get("learner_updates"):
+                self.learner_stats = record
             self.sps.append(float(record.get("sps") or 0.0))
             ret = record.get("episode_return_mean")
             if isinstance(ret, int | float):
@@ -231,7 +235,8 @@ class Dashboard:
         speed.add_column(style="bold", justify="right")
         speed.add_column()
         fs = (r.get("fps") or 0.0) / max(r.get("sps") or 1.0, 1e-9) if r.get("sps") else 1.0
-        speed.add_row(f"{r.get('sps') or 0:,.0f}", Text.assemble("steps/s  ", (sparkline(list(self.sps)), "cyan")))
+        speed.add_row(f"{r.get('sps') or 0:,.0f}", "steps/s")
+        speed.add_row("", Text(sparkline(list(self.sps), SPARK), style="cyan"))
         speed.add_row(f"{r.get('fps') or 0:,.0f}", f"frames/s (frameskip {fs:g})")
         speed.add_row(f"{r.get('frames', 0):,}", f"frames, policy version {r.get('policy_version', '-')}")
 
@@ -252,9 +257,10 @@ class Dashboard:
         data.add_column(style="bold")
         data.add_column()
         data.add_row("policy lag", lag_text(r).removeprefix("lag "))
-        data.add_row("dropped", f"{dropped_share(r)} of the samples (too stale)")
-        queues = [f"{q} {r[f'queue_{q}']:g}" for q in QUEUES if isinstance(r.get(f"queue_{q}"), int | float)]
-        data.add_row("queues", ", ".join(queues) or "-")
+        data.add_row("dropped", f"{dropped_share(r)} (too stale)")
+        for q in QUEUES:
+            if isinstance(r.get(f"queue_{q}"), int | float):
+                data.add_row(f"queue {q}", f"{r[f'queue_{q}']:.1f}")
 
         procs = Table(box=None, padding=(0, 1), show_edge=False)
         procs.add_column("process", style="bold")
@@ -269,17 +275,20 @@ class Dashboard:
         for kind, (cpu, rss, n) in kinds.items():
             procs.add_row(f"{kind}{f' x{n}' if n > 1 else ''}", f"{cpu:.0f}", f"{rss:,.0f}")
         if isinstance(r.get("cpu_system"), int | float):
-            procs.add_row("machine", f"{r['cpu_system']:.0f}% of {os.cpu_count()} cores", "")
+            procs.add_row(f"machine ({os.cpu_count()} cores)", f"{r['cpu_system']:.0f}%", "")
         if isinstance(r.get("gpu_util"), int | float):
             procs.add_row("GPU", f"{r['gpu_util']:.0f}", f"{r.get('gpu_mem_mb', 0):,.0f}")
 
         learn = Table.grid(padding=(0, 1))
         learn.add_column(style="bold")
         learn.add_column(justify="right")
-        for key in [k for k in r if k.endswith("_loss") and "/" not in k] + list(LEARNER_KEYS):
-            if isinstance(r.get(key), int | float):
-                learn.add_row(key, _num(r[key]))
+        stats = self.learner_stats
+        for key in [k for k in stats if k.endswith("_loss") and "/" not in k] + list(LEARNER_KEYS):
+            if isinstance(stats.get(key), int | float):
+                learn.add_row(key, _num(stats[key]))
         learn.add_row("updates", f"{r.get('learner_updates', 0)} this interval")
+        if stats and stats is not r:
+            learn.add_row("", Text(f"(as of version {stats.get('policy_version', '-')})", style="dim"))
 
         ret = r.get("episode_return_mean")
         episodes = Text.assemble(("return ", "bold"), f"{_num(ret, 4)}  ", (sparkline(list(self.returns)), "green"),

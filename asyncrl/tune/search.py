@@ -92,7 +92,7 @@ class Search:
         deadline = t0 + self.budget
         self._measure(Trial(1, self.start, "start"))
         while len(self.trials) < self.planned_layouts():
-            leading = self.winner() is not self.trials[0]  # the start leads: nothing to confirm yet
+            leading = self.winner() is not self.trials[0]  # another layout leads: keep time to confirm it
             reserve = 2 * self.per_layout() if self.confirm and leading else 0.0
             if time.monotonic() + self.per_layout() + reserve > deadline:
                 break
