@@ -104,7 +104,7 @@ class Search:
         winner = self.winner()
         start = self.trials[0]
         if self.confirm and winner is not start and start.ok \
-                and time.monotonic() + 2 * self.per_layout() <= deadline + self.per_layout():
+                and time.monotonic() + 2 * self.per_layout() <= deadline:
             for trial in (start, winner):
                 trial.results.append(self.measure(trial.config, f"layout{trial.number}-again"))
             self.confirmed = True
