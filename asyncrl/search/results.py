@@ -50,7 +50,8 @@ def table(spec: SearchSpec, trials: list[Any]) -> str:
             "env steps"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in trials:
-        cells = [trial_name(t.number), *(_fmt(t.params.get(n, "")) for n in names), objective_cell(t),
+        params = t.params or t.system_attrs.get("fixed_params", {})  # a waiting trial: the settings queued for it
+        cells = [trial_name(t.number), *(_fmt(params.get(n, "")) for n in names), objective_cell(t),
                  state_cell(t, retried_as), f"{t.user_attrs.get('env_steps', 0):,}"]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"

@@ -47,9 +47,10 @@ def study_exists(spec: SearchSpec) -> bool:
         raise SweepError(f"storage {spec.storage}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def make_sampler(spec: SearchSpec, concurrent_trials: int) -> Any:
+def make_sampler(spec: SearchSpec, concurrent_trials: int, seed_offset: int = 0) -> Any:
+    """`seed_offset`: the trials a resumed study has, so a seeded sampler does not draw its first points again."""
     optuna = require_optuna()
-    seed = spec.sampler_seed
+    seed = None if spec.sampler_seed is None else spec.sampler_seed + seed_offset
     if spec.sampler == "tpe":  # constant liar: trials running side by side do not all ask for the same point
         return optuna.samplers.TPESampler(seed=seed, constant_liar=concurrent_trials > 1)
     if spec.sampler == "random":
@@ -80,6 +81,8 @@ def open_study(spec: SearchSpec, concurrent_trials: int) -> tuple[Any, bool]:
                                     sampler=make_sampler(spec, concurrent_trials), pruner=make_pruner(spec.pruner))
     except Exception as exc:  # noqa: BLE001 - a bad URL, a missing driver, a direction other than the study's
         raise SweepError(f"study {spec.group} at {storage_url(spec)}: {' '.join(str(exc).split())[:200]}") from None
+    if spec.sampler_seed is not None and study.trials:
+        study.sampler = make_sampler(spec, concurrent_trials, len(study.trials))
     fingerprint = json.loads(json.dumps(spec.fingerprint()))
     stored = study.user_attrs.get("sweep")
     if stored is None:
