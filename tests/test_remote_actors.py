@@ -56,24 +56,9 @@ def test_ray_missing_names_the_extra(tmp_path):
     assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
 
 
-def test_remote_groups_alone_feed_the_learner(cluster, tmp_path):
-    """No local rollout worker: every env step and every trained slot comes from the two nodes' groups."""
-    proc = run_cli([*SMALL, "--workers", "0", "--remote-workers", "2", "--ray", cluster.address,
-                    "--frames", "30000", "--experiment", "remote"], tmp_path, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "2 remote groups x 8 envs on Ray" in proc.stdout
-    records = remote_records(tmp_path / "remote")
-    final = records[-1]
-    assert final["env_steps"] >= 30000 and final["policy_version"] > 5
-    assert all(r["remote_share"] == 1.0 for r in records if r["remote_share"] is not None)
-    nodes = {r.get(f"remote/{i}/node") for r in records for i in (0, 1)} - {None, "?"}
-    assert len(nodes) == 2, nodes  # one group on each node
-    assert any(r["remote_lag_mean"] is not None for r in records)
-    assert final["remote_bytes_per_s"] > 0 and final["episodes"] > 100
-
-
-def test_local_and_remote_together_and_sac(cluster, tmp_path):
-    """A local worker beside a remote group (both shares seen), then SAC's replay fed by remote groups only."""
+def test_local_and_remote_together_then_sac(cluster, tmp_path):
+    """A local worker beside a remote group (both shares of the steps seen), then SAC's replay learner fed by a
+    remote group alone (remote transitions in its buffer, updates on them)."""
     run = start_train([*SMALL, "--workers", "1", "--remote-workers", "1", "--ray", cluster.address,
                        "--seconds", "120"], tmp_path, "mixed")
     try:  # until a record has steps from both (the remote group starts a few seconds after the local worker)
@@ -84,29 +69,39 @@ def test_local_and_remote_together_and_sac(cluster, tmp_path):
     finally:
         if run.proc.poll() is None:
             run.proc.kill()
-    proc = run_cli(["--env", "Pendulum-v1", "--algo", "sac", "--workers", "0", "--remote-workers", "2",
-                    "--ray", cluster.address, "--frames", "1500", "--learning-starts", "500", "--report-interval", "1",
-                    "--device", "cpu",
-                    "--experiment", "sac"], tmp_path, timeout=240)
+    proc = run_cli(["--env", "Pendulum-v1", "--algo", "sac", "--workers", "0", "--remote-workers", "1",
+                    "--ray", cluster.address, "--frames", "1200", "--learning-starts", "400", "--report-interval", "1",
+                    "--device", "cpu", "--experiment", "sac"], tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = remote_records(tmp_path / "sac")
-    assert records[-1]["env_steps"] >= 1500
+    assert records[-1]["env_steps"] >= 1200
+    assert all(r["remote_share"] == 1.0 for r in records if r["remote_share"] is not None)
     trained = [r for r in records if r.get("critic_loss") is not None]  # updates on remote transitions
-    assert trained and trained[-1]["replay_size"] > 500 and trained[-1]["updates_total"] > 0
+    assert trained and trained[-1]["replay_size"] > 400 and trained[-1]["updates_total"] > 0
 
 
-def test_a_node_killed_mid_run(cluster, tmp_path):
-    """SIGKILL of a worker node's raylet: its group's loss is one warning line, the run goes on with the other
-    group and ends with a final checkpoint that loads. (Last in this file: the cluster keeps one node.)"""
+def test_remote_groups_alone_and_a_node_killed(cluster, tmp_path):
+    """No local rollout worker: every env step comes from the two nodes' groups. Then SIGKILL of the second
+    node's raylet: its group's loss is one warning line, the run goes on with the other group and ends with a
+    final checkpoint that loads. (Last of the cluster's tests: the cluster keeps one node.)"""
     run = start_train([*SMALL, "--workers", "0", "--remote-workers", "2", "--ray", cluster.address,
-                       "--seconds", "120"], tmp_path, "killed")
+                       "--seconds", "120"], tmp_path, "remote")
+
+    def both_nodes() -> bool:
+        records = remote_records(run.run_dir)
+        nodes = {r.get(f"remote/{i}/node") for r in records for i in (0, 1)} - {None, "?"}
+        return len(nodes) == 2 and records[-1]["env_steps"] > 2000
+
     try:
-        assert wait_for(lambda: any((r.get("remote_groups") or 0) == 2 and r["env_steps"] > 2000
-                                    for r in run.records()), 120, run.proc), run.stderr()[-2000:]
+        assert wait_for(both_nodes, 120, run.proc), run.stdout()[-2000:] + run.stderr()[-2000:]
+        assert "2 remote groups x 8 envs on Ray" in run.stdout()
+        records = remote_records(run.run_dir)
+        assert all(r["remote_share"] == 1.0 for r in records if r["remote_share"] is not None)
+        assert any(r["remote_lag_mean"] is not None for r in records) and records[-1]["remote_bytes_per_s"] > 0
         cluster.kill_node(1)
         before = run.records()[-1]["env_steps"]
-        assert wait_for(lambda: "died" in run.stdout() and run.records()[-1]["env_steps"] > before + 3000, 120,
-                        run.proc), run.stdout()[-3000:] + run.stderr()[-2000:]  # sampling goes on after the kill
+        assert wait_for(lambda: "died" in run.stdout() and run.records()[-1]["env_steps"] > before + 3000, 180,
+                        run.proc), f"{before} env steps before the kill\n{run.stdout()[-3000:]}{run.stderr()[-2000:]}"
         run.ctrl_c()
         assert run.wait(timeout=60) == 0, run.stdout()[-3000:] + run.stderr()[-2000:]
     finally:
@@ -114,8 +109,8 @@ def test_a_node_killed_mid_run(cluster, tmp_path):
             run.proc.kill()
     out = run.stdout()
     warnings = [line for line in out.splitlines() if "remote group" in line and "died" in line]
-    assert len(warnings) >= 1 and all(line.startswith("asyncrl: ") for line in warnings), out[-3000:]
-    ckpts = sorted((tmp_path / "killed" / "checkpoints").glob("ckpt_*.pt"))
+    assert len(warnings) == 1 and warnings[0].startswith("asyncrl: remote group "), out[-3000:]
+    ckpts = sorted((run.run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert ckpts and "final checkpoint" in out
     state = torch.load(ckpts[-1], map_location="cpu", weights_only=False)
     assert state["env_steps"] >= before

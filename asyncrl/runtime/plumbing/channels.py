@@ -5,6 +5,7 @@ Data path (see docs/architecture.md):
     policy worker  --actions_ready[worker] (split)-----> rollout worker
     rollout worker --full (slot)-----------------------> learner
     learner        --free (slot)-----------------------> rollout workers
+    learner        --free_remote (slot)----------------> the Ray bridge (remote actor groups' slots)
     every process  --reports (kind, id, payload)-------> runner
     runner         --learner_cmds (command, ...)-------> learner
 """
@@ -39,9 +40,12 @@ class Channels:
     learner_cmds: Queue
     control: SharedArrays
     live: SharedArrays  # heartbeats, slot owners, action handshake (asyncrl.runtime.plumbing.liveness)
+    free_remote: Queue  # the remote actor groups' slots (ids in `remote_ids`), freed apart from the local ones
+    remote_ids: tuple[int, int] = (0, 0)  # [first, end) of the remote groups' slot ids
 
     @classmethod
-    def create(cls, workers: int, slots: int, policy_workers: int = 1) -> Channels:
+    def create(cls, workers: int, slots: int, policy_workers: int = 1,
+               remote_ids: tuple[int, int] = (0, 0)) -> Channels:
         return cls(
             requests=Queue(max_size_bytes=4_000_000),
             actions_ready=[Queue(max_size_bytes=64_000) for _ in range(workers)],
@@ -51,6 +55,8 @@ class Channels:
             learner_cmds=Queue(max_size_bytes=64_000),
             control=SharedArrays({"flags": ((4,), np.dtype(np.int64))}),
             live=allocate_liveness(workers, policy_workers, slots),
+            free_remote=Queue(max_size_bytes=max(64_000, 64 * slots)),
+            remote_ids=remote_ids,
         )
 
     @property
@@ -60,12 +66,23 @@ class Channels:
     def request_stop(self) -> None:
         self.control["flags"][STOP] = 1
 
+    def give_back(self, slots: list[int]) -> None:
+        """Free trained (or recovered) slots: a remote group's to `free_remote`, the rest to `free`."""
+        first, end = self.remote_ids
+        remote = [s for s in slots if first <= s < end]
+        local = [s for s in slots if not first <= s < end] if remote else slots
+        if local:
+            self.free.put_many(local)
+        if remote:
+            self.free_remote.put_many(remote)
+
     def all_queues(self) -> list[Queue]:
-        return [self.requests, *self.actions_ready, self.full, self.free, self.reports, self.learner_cmds]
+        return [self.requests, *self.actions_ready, self.full, self.free, self.reports, self.learner_cmds,
+                self.free_remote]
 
     def named_queues(self) -> list[tuple[str, Queue]]:
         names = ["requests", *(f"actions_ready[{i}]" for i in range(len(self.actions_ready))), "full", "free",
-                 "reports", "learner_cmds"]
+                 "reports", "learner_cmds", "free_remote"]
         return list(zip(names, self.all_queues()))
 
 

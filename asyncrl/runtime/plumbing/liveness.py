@@ -19,7 +19,8 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   that were not answered, since the dead worker may have taken them off the queue.
 - `env_errors[w]`: env exceptions rollout worker w absorbed (all its incarnations); row `workers`: the remote
   actor groups' (`--remote-workers`, counted by the Ray bridge).
-- `beat_remote[0]`, `remote_transit[0]`: the Ray bridge's heartbeat, and its transit record as a rollout worker's.
+- `beat_remote[0]`: the Ray bridge's heartbeat; it records the slots it reserves for remote groups in `slot_owner`
+  and its hand-overs in `transit` under the index `workers`, as a rollout worker does under its own.
 - `stepped[w]`: agent steps rollout worker w has taken in this session (all its incarnations; row `workers`: the
   remote groups'), and
   `step_budget[0]`: the agent steps after which the session's --frames are reached (0: no budget; under torchrun
@@ -51,11 +52,10 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "beat_rollout": ((workers,), f64),
         "beat_eval": ((1,), f64),  # the evaluation process (--eval-every)
         "beat_remote": ((1,), f64),  # the Ray bridge (--remote-workers)
-        "remote_transit": ((1,), i64),  # the slot the Ray bridge is queueing (TAKING, or NO_TRANSIT)
         "slot_owner": ((slots,), i64),
         "want": ((slots,), i64),
         "acted": ((slots,), i64),
-        "transit": ((workers,), i64),
+        "transit": ((workers + 1,), i64),  # the last row: the Ray bridge's
         "incarnation": ((workers,), i64),
         "policy_epoch": ((1,), i64),
         "env_errors": ((workers + 1,), i64),  # the last row: the Ray bridge's remote groups
@@ -71,7 +71,6 @@ def allocate_liveness(workers: int, policy_workers: int, slots: int) -> SharedAr
     for name in ("slot_owner", "want", "acted"):
         live[name][:] = NO_OWNER
     live["transit"][:] = NO_TRANSIT
-    live["remote_transit"][:] = NO_TRANSIT
     return live
 
 

@@ -39,13 +39,33 @@ STATE = "state/"  # the prefix of the actor's state arrays
 SPARE_SLOTS = 2
 
 
+REMOTE_IN_FLIGHT = 2  # calls a remote actor group may have out, each holding one slot per split of the group
+
+
 def circulating_slots(cfg: Config) -> int:
-    """One slot in flight per split, plus one batch's worth queued for the learner.
+    """The local workers' slots (`local_slots`) and the remote actor groups' (`remote_slots`), ids in that order.
 
     Bounding the slots is the back-pressure that caps staleness: when the learner falls behind, workers wait
     for a free slot instead of piling up ever older trajectories.
     """
-    return cfg.num_splits + cfg.trajectories_per_batch + cfg.remote_workers  # one in transit per remote group
+    return local_slots(cfg) + remote_slots(cfg)
+
+
+def local_slots(cfg: Config) -> int:
+    """One slot in flight per local split, plus one batch's worth queued for the learner (none without local
+    workers)."""
+    return cfg.num_splits + cfg.trajectories_per_batch if cfg.workers else 0
+
+
+def remote_slots(cfg: Config) -> int:
+    """The remote groups' own slots (ids after the local ones; the learner frees them to their own queue, so
+    neither kind of producer can starve the other): `REMOTE_IN_FLIGHT` calls' worth per group, and without local
+    workers at least a batch more than one call per split, so the learner can always fill a batch."""
+    if not cfg.remote_workers:
+        return 0
+    splits = cfg.remote_workers * (cfg.remote_envs // cfg.envs_per_split)
+    return REMOTE_IN_FLIGHT * splits if cfg.workers else max(REMOTE_IN_FLIGHT * splits,
+                                                              splits + cfg.trajectories_per_batch)
 
 
 def num_slots(cfg: Config) -> int:

@@ -14,7 +14,7 @@ from asyncrl.envs.base import EnvSpec
 from asyncrl.models.registry import state_layout
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.plumbing.channels import Channels
-from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, circulating_slots, num_slots
+from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, local_slots, num_slots, remote_slots
 from asyncrl.shm import SharedArrays, SharedWeights
 
 
@@ -49,14 +49,19 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
     try:
         traj = allocate_trajectories(cfg, spec, state_layout(cfg))  # the model's per-env state columns (--rnn)
         weights = [SharedWeights() for _ in range(cfg.acting_policies)]
-        channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+        local = local_slots(cfg)
+        channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers,
+                                   (local, local + remote_slots(cfg)))
     except (OSError, MemoryError) as exc:  # RAM, /dev/shm (the queues) or a file-size limit ran out
         raise ConfigError(f"cannot allocate the shared buffers ({getattr(exc, 'strerror', None) or exc}); "
                           f"lower --workers, --envs-per-worker, --rollout or --batch-size, or free memory"
                           ) from None
     # Lockstep (--deterministic): one batch of slots, so the worker waits for each update before collecting on.
-    free = cfg.trajectories_per_batch if cfg.deterministic else circulating_slots(cfg)
-    channels.free.put_many(list(range(free)))
+    free = cfg.trajectories_per_batch if cfg.deterministic else local_slots(cfg)
+    if free:
+        channels.free.put_many(list(range(free)))
+    if remote_slots(cfg):  # the remote groups' own, handed back to them by the learner (`Channels.give_back`)
+        channels.free_remote.put_many(list(range(*channels.remote_ids)))
     processes = [ProcessSpec("learner", "asyncrl.runtime.roles.learner", "run_learner",
                              (cfg, spec, traj, weights, channels, ranks))]
     processes += [ProcessSpec(f"policy-{i}", "asyncrl.runtime.roles.policy_worker", "run_policy_worker",

@@ -27,7 +27,7 @@ from typing import Any
 
 from asyncrl.config import Config
 from asyncrl.runtime.plumbing.channels import Channels, drain
-from asyncrl.runtime.plumbing.liveness import NO_TRANSIT, read_words, release_slots
+from asyncrl.runtime.plumbing.liveness import read_words, release_slots
 from asyncrl.runtime.plumbing.run_error import RunError, checkpoint_hint
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
@@ -259,20 +259,20 @@ class Supervisor:
             spare = self.spare_slots.pop() if maybe_lost and self.spare_slots else None
             back = slots + ([] if spare is None else [spare])
             if back:
-                self.channels.free.put_many(back)
+                self.channels.give_back(back)
             self.live["incarnation"][member.index] += 1
             self.worker_restarts += 1
             what = f"restarted it with fresh envs ({len(slots)} unfinished trajectories discarded"
             what += ")" if spare is None else "; it died handing a slot over, so a spare slot stands in for it)"
         elif member.kind == "eval":
             what = "restarted it (training was not affected)"
-        elif member.kind == "remote":
-            spare = self.spare_slots.pop() if (self.live["remote_transit"][0] != NO_TRANSIT
-                                               and self.spare_slots) else None
-            self.live["remote_transit"][0] = NO_TRANSIT
-            if spare is not None:
-                self.channels.free.put(spare)
-            what = "restarted it (its remote actor groups start afresh" + (
+        elif member.kind == "remote":  # the bridge's slots are recorded under the index after the workers'
+            slots, maybe_lost = release_slots(self.live, self.cfg.workers)
+            spare = self.spare_slots.pop() if maybe_lost and self.spare_slots else None
+            back = slots + ([] if spare is None else [spare])
+            if back:
+                self.channels.give_back(back)
+            what = f"restarted it (its remote actor groups start afresh; {len(slots)} reserved slots freed" + (
                 ")" if spare is None else "; it died queueing a slot, so a spare slot stands in for it)")
         else:
             self.policy_restarts += 1

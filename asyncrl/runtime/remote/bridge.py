@@ -4,11 +4,12 @@ One forked process of the run (`remote-0`, beside the rollout workers) is the Ra
 `--remote-workers` actor groups where Ray's resources place them, sends each the learner's published weights
 (through Ray's object store: `ray.put` once per new version, its ref posted on a `WeightsBoard` actor that each
 group asks between steps, so a group acts on weights as fresh as a local policy worker's, give or take 50 ms),
-keeps two `collect` calls in flight per group so a group steps while its last slots travel, and writes each
-shipped slot into a free slot of the shared trajectory buffer, then queues it for the learner: from there on the
-learner cannot tell it from a local one (its `versions` column holds the version that acted, so the lag cap and
-V-trace apply). A full free queue is the back-pressure: while the bridge waits for a free slot, no group gets new
-calls, so at most two shipments per group wait in the object store.
+asks each group for its next slots only once free slots of the shared trajectory buffer are reserved for them (a
+second call queued behind the first while slots are to spare, so a group steps on while its last slots travel),
+writes each shipped slot into its reserved slot and queues it for the learner: from there on the learner cannot
+tell it from a local one (its `versions` column holds the version that acted, so the lag cap and V-trace apply).
+Reserving is the back-pressure a local worker gets from the free queue: a learner that falls behind slows the
+groups down rather than letting stale trajectories pile up in Ray's object store.
 
 A group that dies (its process, or its node leaving the cluster) is restarted with one warning line, or dropped
 after `MAX_RESTARTS`; nothing the learner holds is lost. Reports go to the runner as `remote` (env steps, episodes,
@@ -28,11 +29,11 @@ from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.plumbing.channels import Channels, Empty, report
 from asyncrl.runtime.plumbing.interval_stats import IntervalStats
-from asyncrl.runtime.plumbing.liveness import NO_TRANSIT, TAKING
+from asyncrl.runtime.plumbing.liveness import NO_OWNER, NO_TRANSIT, TAKING
+from asyncrl.runtime.plumbing.trajectories import REMOTE_IN_FLIGHT
 from asyncrl.runtime.roles.process import init_child
 from asyncrl.shm import SharedArrays, SharedWeights
 
-IN_FLIGHT = 2  # collect calls queued per group: one stepping, one waiting to start as the other returns
 MAX_RESTARTS = 3  # restarts of one group before it is dropped
 
 
@@ -61,7 +62,8 @@ class Bridge:
         self.ray, self.cfg, self.spec, self.traj, self.channels = ray, cfg, spec, traj, channels
         self.weights = weights
         self.live = channels.live
-        self.transit = self.live["remote_transit"]
+        self.me = cfg.workers  # the bridge's row in the liveness arrays (slot owner, transit, steps)
+        self.owner, self.transit = self.live["slot_owner"], self.live["transit"]
         self.stepped, self.budget = self.live["stepped"], self.live["step_budget"]
         self.budget_told = False
         self.stats = IntervalStats(channels, "remote", 0, cfg.report_interval)
@@ -71,7 +73,10 @@ class Bridge:
         if cfg.acting_policies > 1:
             self.stats.extend("episode_policies", [])
         self.groups = [GroupState(i) for i in range(cfg.remote_workers)]
-        self.pending: dict[Any, GroupState] = {}
+        self.pending: dict[Any, tuple[GroupState, list[int]]] = {}  # call -> its group and its reserved slots
+        self.pool: list[int] = []  # free slots taken (recorded as the bridge's), not yet reserved for a call
+        self.starved: list[GroupState] = []  # groups whose next call waits for free slots
+        self.splits = cfg.remote_envs // cfg.envs_per_split  # slots one call fills
         self.flat: list[np.ndarray] = []
         self.versions: list[int] = []
         self.ref: Any = None  # the current weights in the object store
@@ -104,17 +109,76 @@ class Bridge:
         remote = self.ray.remote(ActorGroup).options(num_cpus=self.cfg.remote_cpus, max_restarts=0,
                                                      max_concurrency=1)
         group.handle = remote.remote(self.cfg, self.spec, group.index, group.generation, self.board)
-        for _ in range(IN_FLIGHT):
-            self._call(group)
+        self._call(group)
 
     def _call(self, group: GroupState) -> None:
-        self.pending[group.handle.collect.remote()] = group
+        """Ask the group for its next slots once free slots are reserved for them (otherwise it waits in
+        `starved`): like a local worker, a group steps only into slots it holds, so a learner that falls behind
+        slows the groups instead of letting stale trajectories pile up. A second call is queued behind the
+        first while slots are to spare, so the group steps on while its last slots travel."""
+        if not self._reserve(self.splits):
+            self.starved.append(group)
+            return
+        slots, self.pool = self.pool[:self.splits], self.pool[self.splits:]
+        self.pending[group.handle.collect.remote()] = (group, slots)
+        if sum(g is group for g, _ in self.pending.values()) < REMOTE_IN_FLIGHT and self._reserve(self.splits,
+                                                                                                  spare=True):
+            slots, self.pool = self.pool[:self.splits], self.pool[self.splits:]
+            self.pending[group.handle.collect.remote()] = (group, slots)
+
+    def _reserve(self, n: int, spare: bool = False) -> bool:
+        """Take free slots into the pool until it holds `n` (without waiting); `spare`: only slots nobody waits
+        for (no group is starved). Whether it holds them."""
+        if spare and self.starved:
+            return False
+        while len(self.pool) < n:
+            self.transit[self.me] = TAKING
+            try:
+                taken = self.channels.free_remote.get_many(block=False, max_messages_to_get=n - len(self.pool))
+            except Empty:
+                taken = []
+            self.owner[taken] = self.me
+            self.pool += taken
+            self.transit[self.me] = NO_TRANSIT
+            if not taken:
+                return False
+        return True
+
+    def _wait(self) -> list[Any]:
+        """The calls that returned, after a short wait: on Ray while every group has a call out, else first on the
+        free queue, blocking as a local worker does (so the groups get their turn at the slots the learner frees)."""
+        pending = list(self.pending)
+        if not self.starved:
+            if not pending:  # every group dropped: nothing to wait for but the stop
+                time.sleep(0.05)
+                return []
+            return self.ray.wait(pending, num_returns=1, timeout=0.05)[0]
+        need = self.splits * len(self.starved) - len(self.pool)
+        if need > 0:
+            self.transit[self.me] = TAKING
+            try:
+                taken = self.channels.free_remote.get_many(timeout=0.02, max_messages_to_get=need)
+            except Empty:
+                taken = []
+            self.owner[taken] = self.me
+            self.pool += taken
+            self.transit[self.me] = NO_TRANSIT
+        return self.ray.wait(pending, num_returns=len(pending), timeout=0)[0] if pending else []
+
+    def _feed_starved(self) -> None:
+        """Calls for the groups that waited for free slots, in order, as slots come free."""
+        waiting, self.starved = self.starved, []
+        for group in waiting:
+            if not group.dropped:
+                self._call(group)
 
     def _failed(self, group: GroupState, exc: Exception) -> None:
         """A group's call raised: its actor or node is gone. Restart it elsewhere, or drop it."""
-        for ref, g in list(self.pending.items()):
+        for ref, (g, slots) in list(self.pending.items()):
             if g is group:
                 del self.pending[ref]
+                self.pool += slots  # reserved for a call that will not return: for the next one
+        self.starved = [g for g in self.starved if g is not group]
         self.ray.kill(group.handle, no_restart=True) if group.handle is not None else None
         cause = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
         group.restarts += 1
@@ -135,9 +199,14 @@ class Bridge:
 
     # ----- the loop -----
     def run(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         from asyncrl.runtime.remote.group import WeightsBoard
 
-        self.board = self.ray.remote(WeightsBoard).options(num_cpus=0).remote()
+        # On this machine's node (the head where the cluster is set up as docs/ray.md says): a board on a node
+        # that leaves would take every group down with it.
+        here = NodeAffinitySchedulingStrategy(self.ray.get_runtime_context().get_node_id(), soft=False)
+        self.board = self.ray.remote(WeightsBoard).options(num_cpus=0, scheduling_strategy=here).remote()
         while not self._refresh_weights():  # the learner's first weights
             if self.channels.stopping:
                 return
@@ -147,13 +216,17 @@ class Bridge:
             self._start(group)
         serving = False
         try:
+            t0 = time.monotonic()
             while not self.channels.stopping:
                 self._beat()
-                t0 = time.monotonic()
-                ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=0.1)
+                now = time.monotonic()
+                if self.starved:  # a group waited for free slots since the last turn: the learner is behind
+                    self.stats.add("t_wait_slot", now - t0)
+                t0 = now
+                ready = self._wait()
                 self._refresh_weights()
                 for ref in ready:
-                    group = self.pending.pop(ref)
+                    group, slots = self.pending.pop(ref)
                     try:
                         shipment = self.ray.get(ref)
                     except self.ray.exceptions.RayError as exc:
@@ -163,9 +236,9 @@ class Bridge:
                         self.stats.restart()
                         serving = True
                     self.stats.add("t_get", time.monotonic() - t0)
-                    if not self._deliver(group, shipment):
-                        return
+                    self._deliver(group, shipment, slots)
                     self._call(group)
+                self._feed_starved()
                 self._maybe_report()
         finally:
             self._maybe_report(force=True)
@@ -173,27 +246,26 @@ class Bridge:
                 if handle is not None:
                     self.ray.kill(handle, no_restart=True)
 
-    def _deliver(self, group: GroupState, shipment: dict[str, Any]) -> bool:
-        """Queue the shipment's slots for the learner and count its steps; False once stopping."""
+    def _deliver(self, group: GroupState, shipment: dict[str, Any], slots: list[int]) -> None:
+        """Write the shipment into its reserved slots, queue them for the learner, count its steps."""
         if "fatal" in shipment:
             self._fatal(shipment["fatal"], shipment.get("exit_code", 1))
-            return False
+            self.pool += slots
+            return
         if group.node == "?":
             group.node = shipment.get("node", "?")
         for note in shipment["errors"]:
-            self.live["env_errors"][self.cfg.workers] += note["count"]
+            self.live["env_errors"][self.me] += note["count"]
             report(self.channels, "env_error", self.cfg.workers,
                    {**note, "worker": self.cfg.workers, "name": f"remote group {group.index} (node {group.node})"})
         current = self.versions[0] if self.versions else 0
-        for arrays in shipment["slots"]:
-            slot = self._take_slot()
-            if slot is None:
-                return False
-            self.transit[0] = slot
+        for slot, arrays in zip(slots, shipment["slots"]):  # a group fills its splits' slots together
             for name, a in arrays.items():
                 self.traj[name][slot] = a
+            self.transit[self.me] = slot  # handing over: ownership cleared, not yet queued
+            self.owner[slot] = NO_OWNER
             self.channels.full.put(slot)
-            self.transit[0] = NO_TRANSIT
+            self.transit[self.me] = NO_TRANSIT
             lag = current - int(arrays["versions"].min())
             group.lags.append(lag)
             group.slots += 1
@@ -208,29 +280,11 @@ class Bridge:
         self.stats.extend("episodes", shipment["episodes"])
         if "episode_policies" in shipment:
             self.stats.extend("episode_policies", shipment["episode_policies"])
-        self.stepped[self.cfg.workers] += steps
+        self.stepped[self.me] += steps
+        self.pool += slots[len(shipment["slots"]):]
         if not self.budget_told and 0 < self.budget[0] <= self.stepped.sum():
             self._maybe_report(force=True)  # the runner stops on reported steps
             self.budget_told = True
-        return True
-
-    def _take_slot(self) -> int | None:
-        """A free slot (back-pressure: blocks while the learner holds them all); None once stopping."""
-        last = time.monotonic()
-        self.transit[0] = TAKING
-        try:
-            while not self.channels.stopping:
-                self._beat()
-                try:
-                    return self.channels.free.get(timeout=0.1)
-                except Empty:
-                    now = time.monotonic()
-                    self.stats.add("t_wait_slot", now - last)
-                    last = now
-                    self._maybe_report()
-            return None
-        finally:
-            self.stats.add("t_wait_slot", time.monotonic() - last)
 
     # ----- reports -----
     def _beat(self) -> None:

@@ -273,7 +273,7 @@ class LearnerLoop:
     def _recycle_untrained(self) -> None:
         """Sampling-only run: hand the trajectories back untouched."""
         cfg = self.cfg
-        self.channels.free.put_many(self.pending)
+        self.channels.give_back(self.pending)
         report(self.channels, "learner", 0, {"samples": len(self.pending) * cfg.rollout * cfg.envs_per_split,
                                              "t_wait": self.t_wait, "t_copy": 0.0, "t_train": 0.0})
         self.pending, self.t_wait = [], 0.0
@@ -283,7 +283,7 @@ class LearnerLoop:
         t1 = time.monotonic()
         batch = self.stage.gather(self.pending)
         if not self.cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
-            self.channels.free.put_many(self.pending)
+            self.channels.give_back(self.pending)
         for stats in self.stage.train(batch, {"t_wait": self.t_wait, "t_copy": time.monotonic() - t1}):
             report(self.channels, "learner", stats.get("policy", 0), stats)
         self.t_wait = 0.0
@@ -297,7 +297,7 @@ class LearnerLoop:
         the one the runner stops on and the final checkpoint is the same in every run."""
         cfg = self.cfg
         if cfg.deterministic and not (cfg.frames and self.stage.collected * self.spec.frameskip >= cfg.frames):
-            self.channels.free.put_many(self.pending)
+            self.channels.give_back(self.pending)
 
 
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
