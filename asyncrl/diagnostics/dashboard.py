@@ -237,8 +237,9 @@ class Dashboard:
         fs = (r.get("fps") or 0.0) / max(r.get("sps") or 1.0, 1e-9) if r.get("sps") else 1.0
         speed.add_row(f"{r.get('sps') or 0:,.0f}", "steps/s")
         speed.add_row("", Text(sparkline(list(self.sps), SPARK), style="cyan"))
-        speed.add_row(f"{r.get('fps') or 0:,.0f}", f"frames/s (frameskip {fs:g})")
-        speed.add_row(f"{r.get('frames', 0):,}", f"frames, policy version {r.get('policy_version', '-')}")
+        speed.add_row(f"{r.get('fps') or 0:,.0f}", f"frames/s (x{fs:g})")
+        speed.add_row(f"{r.get('frames', 0):,}", "frames")
+        speed.add_row(f"{r.get('policy_version', '-')}", "policy version")
 
         stages = Table.grid(padding=(0, 1))
         stages.add_column()
@@ -256,11 +257,11 @@ class Dashboard:
         data = Table.grid(padding=(0, 1))
         data.add_column(style="bold")
         data.add_column()
-        data.add_row("policy lag", lag_text(r).removeprefix("lag "))
-        data.add_row("dropped", f"{dropped_share(r)} (too stale)")
+        data.add_row("lag", lag_text(r).removeprefix("lag "))
+        data.add_row("dropped", f"{dropped_share(r)} (stale)")
         for q in QUEUES:
             if isinstance(r.get(f"queue_{q}"), int | float):
-                data.add_row(f"queue {q}", f"{r[f'queue_{q}']:.1f}")
+                data.add_row(f"{q} queue", f"{r[f'queue_{q}']:.1f}")
 
         procs = Table(box=None, padding=(0, 1), show_edge=False)
         procs.add_column("process", style="bold")
@@ -294,11 +295,11 @@ class Dashboard:
         episodes = Text.assemble(("return ", "bold"), f"{_num(ret, 4)}  ", (sparkline(list(self.returns)), "green"),
                                  f"   {r.get('episodes', 0):,} episodes, length {_num(r.get('episode_len_mean'), 4)}")
 
-        top = Table.grid(padding=(0, 3), expand=False)
+        top = Table.grid(padding=(0, 2), expand=False)
         top.add_row(Panel(speed, title="throughput", border_style="cyan"),
-                    Panel(data, title="data", border_style="cyan"),
+                    Panel(data, title="data in flight", border_style="cyan"),
                     Panel(procs, title="processes", border_style="cyan"))
-        middle = Table.grid(padding=(0, 3))
+        middle = Table.grid(padding=(0, 2))
         middle.add_row(Panel(stages, title="time share per stage", border_style="magenta"),
                        Panel(learn, title="learner", border_style="magenta"))
         parts: list[Any] = [top, middle, why, episodes]
