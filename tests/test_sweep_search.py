@@ -21,7 +21,7 @@ from asyncrl.sweep import SweepError
 from tests import launcher
 from tests.test_sweep import sweep_in_process
 
-SEARCH = {"base": {"env": "CartPole-v1", "frames": 20000, "report-interval": 0.1},
+SEARCH = {"base": {"env": "CartPole-v1", "frames": 12000, "report-interval": 0.1},
           "search": {"lr": {"log": [1.0e-4, 1.0e-2]}}, "objective": {"metric": "episode_return_mean"},
           "trials": 2, "seeds": [0], "group": "s", "pruner": "none"}
 
@@ -67,10 +67,10 @@ def test_search_prunes_a_trial_and_writes_its_results(tmp_path: Path) -> None:
     summary = json.loads((group / "summary.json").read_text())
     assert summary["trials"] == {"complete": 1, "pruned": 1}, result.stdout
     pruned = json.loads((group / "trial-0001" / "trial-0001_seed0" / "stopped.json").read_text())
-    assert pruned["frames"] < 20000  # stopped by the pruner, cleanly (the stop record is written)
+    assert pruned["frames"] < 12000  # stopped by the pruner, cleanly (the stop record is written)
     assert "| pruned at " in (group / "trials.md").read_text()
     best = read_config_file(str(group / "best.yaml"))  # what asyncrl-train --config reads
-    assert best["lr"] == pytest.approx(summary["best"]["params"]["lr"]) and best["frames"] == 20000
+    assert best["lr"] == pytest.approx(summary["best"]["params"]["lr"]) and best["frames"] == 12000
     assert (group / "history.png").stat().st_size > 0
 
 
