@@ -64,7 +64,7 @@ def test_the_tuner_beats_a_bad_start_and_its_config_runs_with_the_dashboard(tmp_
     done = launcher.run("tune", [*bad, "--seconds-per-layout", "3", "--max-layouts", "2", "--no-confirm",
                                  "--budget", "90", "--out", str(out)], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "at most 90 s in all" in done.stdout and "2 usable cores" in done.stdout or "usable core" in done.stdout
+    assert "at most 90 s in all" in done.stdout and "usable core" in done.stdout  # its limit, said first
     rows = {int(m.group(1)): (m.group(2), float(m.group(3).replace(",", "")))
             for m in map(ROW.match, done.stdout.splitlines()) if m}
     assert rows[1][0].startswith("1w x 2e/2s"), done.stdout  # the start, as given
@@ -77,8 +77,8 @@ def test_the_tuner_beats_a_bad_start_and_its_config_runs_with_the_dashboard(tmp_
     code, screen = in_a_terminal(["--config", str(out), "--seconds", "3", "--report-interval", "1",
                                   "--train-dir", str(tmp_path / "td"), "--experiment", "tuned"])
     assert code == 0, screen
-    for part in ("steps/s", "frames/s", "time share per stage", "bottleneck:", "policy lag", "queues", "learner",
-                 "return", "this screen:", "final checkpoint"):
+    for part in ("steps/s", "frames/s", "time share per stage", "bottleneck:", "data in flight", "full queue",
+                 "learner", "return", "this screen:", "final checkpoint"):
         assert part in screen, (part, screen[-3000:])
     assert not PROGRESS_LINE.search(screen), screen[-3000:]
     tuned = summarize(read_metrics(tmp_path / "td" / "tuned"))
