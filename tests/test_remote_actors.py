@@ -57,10 +57,10 @@ def test_ray_missing_names_the_extra(tmp_path):
 
 
 def test_local_and_remote_together_then_sac(cluster, tmp_path):
-    """A local worker beside a remote group (both shares of the steps seen), then SAC's replay learner fed by a
-    remote group alone (remote transitions in its buffer, updates on them)."""
-    run = start_train([*SMALL, "--workers", "1", "--remote-workers", "1", "--ray", cluster.address,
-                       "--seconds", "120"], tmp_path, "mixed")
+    """A local worker beside a remote group, both with a GRU (both shares of the steps seen), then SAC's replay
+    learner fed by a remote group alone (remote transitions in its buffer, updates on them)."""
+    run = start_train([*SMALL, "--workers", "1", "--remote-workers", "1", "--ray", cluster.address, "--rnn", "gru",
+                       "--rnn-size", "16", "--seconds", "120"], tmp_path, "mixed")  # the GRU's state travels too
     try:  # until a record has steps from both (the remote group starts a few seconds after the local worker)
         assert wait_for(lambda: any(0 < (r.get("remote_share") or 0) < 1 for r in run.records()), 120, run.proc), (
             run.stdout()[-2000:] + run.stderr()[-2000:])
