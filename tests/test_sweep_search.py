@@ -21,7 +21,7 @@ from asyncrl.sweep import SweepError
 from tests import launcher
 from tests.test_sweep import sweep_in_process
 
-SEARCH = {"base": {"env": "CartPole-v1", "frames": 12000, "report-interval": 0.1},
+SEARCH = {"base": {"env": "CartPole-v1", "frames": 6000, "report-interval": 0.1},
           "search": {"lr": {"log": [1.0e-4, 1.0e-2]}}, "objective": {"metric": "episode_return_mean"},
           "trials": 2, "seeds": [0], "group": "s", "pruner": "none"}
 
@@ -58,8 +58,9 @@ def test_search_prunes_a_trial_and_writes_its_results(tmp_path: Path) -> None:
     """The objective is the run's learning rate (--lr, decayed: deterministic), so the random sampler's second trial
     (lr 1.1e-4 after 7.4e-4 with seed 2) is pruned at the first rung it reports, stopped by SIGINT before its
     budget."""
-    search = {**SEARCH, "objective": {"metric": "learning_rate", "last": 1}, "sampler": "random", "sampler_seed": 2,
-              "pruner": {"type": "halving", "every": 1000, "min_frames": 1000, "reduction": 2}}
+    search = {**SEARCH, "base": {**SEARCH["base"], "batch-size": 512},  # the first update, and learning_rate, early
+              "objective": {"metric": "learning_rate", "last": 1}, "sampler": "random", "sampler_seed": 2,
+              "pruner": {"type": "halving", "every": 500, "min_frames": 500, "reduction": 2}}
     (tmp_path / "s.json").write_text(json.dumps(search))
     result = launcher.run("sweep", ["s.json"], cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -67,10 +68,10 @@ def test_search_prunes_a_trial_and_writes_its_results(tmp_path: Path) -> None:
     summary = json.loads((group / "summary.json").read_text())
     assert summary["trials"] == {"complete": 1, "pruned": 1}, result.stdout
     pruned = json.loads((group / "trial-0001" / "trial-0001_seed0" / "stopped.json").read_text())
-    assert pruned["frames"] < 12000  # stopped by the pruner, cleanly (the stop record is written)
+    assert pruned["frames"] < 6000  # stopped by the pruner, cleanly (the stop record is written)
     assert "| pruned at " in (group / "trials.md").read_text()
     best = read_config_file(str(group / "best.yaml"))  # what asyncrl-train --config reads
-    assert best["lr"] == pytest.approx(summary["best"]["params"]["lr"]) and best["frames"] == 12000
+    assert best["lr"] == pytest.approx(summary["best"]["params"]["lr"]) and best["frames"] == 6000
     assert (group / "history.png").stat().st_size > 0
 
 
