@@ -34,6 +34,7 @@ SEARCH = {"base": {"env": "CartPole-v1", "frames": 6000, "report-interval": 0.1}
     ({"search": {"frames": {"int": [1, 4]}}}, "each trial's budget"),
     ({"search": {"lr": [0.1, 0.2]}}, "a range is one of"),
     ({"sampler": "cmaes"}, "sampler: one of"),
+    ({"sampler": {"type": "random", "startup": 3}}, "startup is for tpe and gp"),
     ({"trials": 0}, "at least 1"),
 ])
 def test_bad_search_files_are_refused(change: dict, message: str) -> None:

@@ -59,6 +59,7 @@ class SearchSpec:
     trials: int
     seeds: list[int]
     sampler: str
+    sampler_startup: int | None  # random trials before TPE's or GP's model; None: Optuna's default
     sampler_seed: int | None
     pruner: PrunerSpec
     storage: str | None  # an RDB URL; None: SQLite in the group's directory
@@ -165,6 +166,21 @@ def parse_pruner(value: Any, frames: int) -> PrunerSpec:
                       _whole(value.get("startup", 4), "pruner: startup", 0))
 
 
+def parse_sampler(value: Any) -> tuple[str, int | None]:
+    """`tpe` (default), `random`, `qmc`, `gp`, or `{type: tpe|gp, startup: N}`: N random trials before the model
+    (Optuna's default 10 for TPE, which a search of 12 trials spends almost whole on random draws)."""
+    value = {"type": value} if isinstance(value, str) or value is None else value
+    if not isinstance(value, dict) or set(value) - {"type", "startup"}:
+        raise SweepError(f"sampler: one of {', '.join(SAMPLERS)}, or {{type: tpe, startup: N}}, not {value!r}")
+    kind = value.get("type") or "tpe"
+    if kind not in SAMPLERS:
+        raise SweepError(f"sampler: one of {', '.join(SAMPLERS)}, not {kind!r}")
+    startup = value.get("startup")
+    if startup is not None and kind not in ("tpe", "gp"):
+        raise SweepError(f"sampler: startup is for tpe and gp, not {kind}")
+    return kind, None if startup is None else _whole(startup, "sampler: startup", 1)
+
+
 def parse_search(data: dict[str, Any], default_group: str) -> SearchSpec:
     """Check a loaded search sweep file; one-line SweepError on anything wrong."""
     unknown = set(data) - set(KEYS)
@@ -186,9 +202,7 @@ def parse_search(data: dict[str, Any], default_group: str) -> SearchSpec:
     trials = _whole(data.get("trials", 0), "'trials'", 1) if "trials" in data else None
     if trials is None:
         raise SweepError("a search needs 'trials: N', the number of trials to finish")
-    sampler = str(data.get("sampler") or "tpe")
-    if sampler not in SAMPLERS:
-        raise SweepError(f"sampler: one of {', '.join(SAMPLERS)}, not {sampler!r}")
+    sampler, startup = parse_sampler(data.get("sampler"))
     sampler_seed = data.get("sampler_seed")
     if sampler_seed is not None:
         sampler_seed = _whole(sampler_seed, "sampler_seed")
@@ -198,5 +212,5 @@ def parse_search(data: dict[str, Any], default_group: str) -> SearchSpec:
                          f"not {storage!r}")
     train_dir = str(base.pop("train_dir", "train_dir"))
     return SearchSpec(parse_group(data, default_group), base, ranges, parse_objective(data.get("objective")),
-                      trials, parse_seeds(data), sampler, sampler_seed, parse_pruner(data.get("pruner"), frames),
-                      storage, train_dir)
+                      trials, parse_seeds(data), sampler, startup, sampler_seed,
+                      parse_pruner(data.get("pruner"), frames), storage, train_dir)

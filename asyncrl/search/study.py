@@ -51,13 +51,14 @@ def make_sampler(spec: SearchSpec, concurrent_trials: int, seed_offset: int = 0)
     """`seed_offset`: the trials a resumed study has, so a seeded sampler does not draw its first points again."""
     optuna = require_optuna()
     seed = None if spec.sampler_seed is None else spec.sampler_seed + seed_offset
+    startup = {} if spec.sampler_startup is None else {"n_startup_trials": spec.sampler_startup}
     if spec.sampler == "tpe":  # constant liar: trials running side by side do not all ask for the same point
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=concurrent_trials > 1)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=concurrent_trials > 1, **startup)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler == "qmc":
         return optuna.samplers.QMCSampler(seed=seed)
-    return optuna.samplers.GPSampler(seed=seed)
+    return optuna.samplers.GPSampler(seed=seed, **startup)
 
 
 def make_pruner(p: PrunerSpec) -> Any:
