@@ -1,7 +1,7 @@
-"""Regenerate the flag tables of docs/configuration.md from `asyncrl.config.Config`.
+"""Regenerate the flag tables of docs/flags.md from `asyncrl.config.Config`.
 
     .venv/bin/python scripts/config_table.py           # print the tables
-    .venv/bin/python scripts/config_table.py --write   # replace them in docs/configuration.md
+    .venv/bin/python scripts/config_table.py --write   # replace them in docs/flags.md
     .venv/bin/python scripts/config_table.py --check   # exit 1 if the committed tables are out of date
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from asyncrl.config import ALGOS, Config, applies_to
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "flags.md"
 BEGIN, END = "<!-- flags:begin (scripts/config_table.py --write) -->", "<!-- flags:end -->"
 SPECIAL_DEFAULTS = {"workers": "2 x CPU cores", "envs_per_worker": "0 (auto)"}
 
@@ -66,7 +66,7 @@ def escape(text: str) -> str:
 def tables() -> str:
     out = []
     for title, group in sections():
-        out += [f"#### {title.capitalize()}", "", "| flag | default | --algo | meaning |",
+        out += [f"## {title.capitalize()}", "", "| flag | default | --algo | meaning |",
                 "| --- | --- | --- | --- |"]
         out += [f"| {flag(f)} | {default_text(f)} | {algos_text(f)} | {escape(f.metadata.get('help', ''))} |"
                 for f in group]
@@ -77,8 +77,8 @@ def tables() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="update docs/configuration.md in place")
-    mode.add_argument("--check", action="store_true", help="fail if docs/configuration.md is out of date")
+    mode.add_argument("--write", action="store_true", help="update docs/flags.md in place")
+    mode.add_argument("--check", action="store_true", help="fail if docs/flags.md is out of date")
     args = parser.parse_args()
     generated = tables()
     if not (args.write or args.check):

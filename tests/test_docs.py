@@ -13,11 +13,11 @@ from asyncrl.config import Config
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_configuration_doc_lists_every_flag() -> None:
-    doc = (ROOT / "docs" / "configuration.md").read_text()
+def test_flags_doc_lists_every_flag() -> None:
+    doc = (ROOT / "docs" / "flags.md").read_text()
     flags = [f for f in dataclasses.fields(Config) if f.metadata.get("cli", True)]  # lr_base is recorded, not given
     missing = [f.name for f in flags if f"`--{f.name.replace('_', '-')}`" not in doc]
-    assert not missing, f"docs/configuration.md lacks {missing}: run scripts/config_table.py --write"
+    assert not missing, f"docs/flags.md lacks {missing}: run scripts/config_table.py --write"
 
 
 def test_configuration_tables_are_up_to_date() -> None:

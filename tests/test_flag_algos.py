@@ -63,7 +63,7 @@ def test_config_file_values_are_refused_only_where_they_change_something(tmp_pat
 def test_help_and_the_generated_table_name_the_algorithms() -> None:
     help_text = " ".join(build_parser().format_help().split())
     assert "--algo appo only" in help_text and "--algo sac, td3, redq only" in help_text
-    table = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text().splitlines()
+    table = (Path(__file__).resolve().parent.parent / "docs" / "flags.md").read_text().splitlines()
     for f in dataclasses.fields(Config):
         if f.metadata.get("cli", True):
             cell = "all" if applies_to(f) == ALGOS else ", ".join(applies_to(f))
