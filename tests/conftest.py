@@ -222,7 +222,7 @@ def collect_rollout_slots(cfg: Any, order: list[int]) -> tuple[dict[str, Any], l
 # The longest test files first (measured: the sums of their tests' durations on 2 cores, 2026-12-04). `make test`
 # runs pytest-xdist with --dist loadfile --no-loadscope-reorder, which hands each worker the next file in collection
 # order as it frees up, so starting the long ones early keeps one worker from running a 100 s file alone at the end.
-SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_remote_actors.py",
+SLOW_FIRST = ("test_doc_recipes_standalone.py", "test_doc_recipes.py", "test_remote_actors.py", "test_sweep_search.py",
               "test_distributed.py", "test_diagnostics_e2e.py",
               "test_reliability.py", "test_api.py", "test_examples.py", "test_e2e.py", "test_engine_paths.py",
               "test_memory.py", "test_gymnax_env.py", "test_off_policy_checkpoints.py", "test_recurrent.py",
