@@ -117,3 +117,11 @@ def test_the_dashboard_draws_a_record_and_says_what_to_change() -> None:
         "20% of the samples are dropped: try --envs-per-worker 32")
     assert suggestion(cfg, {**record, "bottleneck": "env"}, 2) is None  # nothing to act on
     assert json.dumps(record)  # the record is a plain metrics record
+
+
+def test_the_tuner_refuses_the_flags_it_sets_itself(capsys) -> None:
+    from asyncrl.cli.tune import main
+
+    for flags in (["--seconds", "5"], ["--train-dir", "x"], ["--serial"]):  # not taken for --seconds-per-layout
+        assert main(["--env", "CartPole-v1", *flags]) == 2
+        assert f"{flags[0]} is not for asyncrl-tune" in capsys.readouterr().err

@@ -41,7 +41,7 @@ TRAIN_FLAGS_NOTE = "every other flag is asyncrl-train's (asyncrl-train --help) a
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="asyncrl-tune", description=__doc__.split("\n\n")[0],
+        prog="asyncrl-tune", description=__doc__.split("\n\n")[0], allow_abbrev=False,  # --seconds is asyncrl-train's
         usage="%(prog)s --env ENV [--algo ALGO] [--budget S] [--seconds-per-layout S] [--out FILE] "
               "[asyncrl-train flags]",
         epilog=f"{TRAIN_FLAGS_NOTE}; docs/performance.md shows tables for Pong, CartPole, doom_basic and "
