@@ -100,6 +100,7 @@ class RunBook:
         self.totals = Totals()
         self.progress = ProgressLine(cfg.frames, cfg.seconds)
         self.dashboard: Any = None  # the live screen (asyncrl.diagnostics.dashboard) once a record is shown on a TTY
+        self.dashboard_decided = False
         self.evaluation = EvalSchedule(cfg)  # --eval-every: requests, and results for the metrics records
         self.metrics: MetricsWriter | None = None
         self.stop_reason: str | None = None
@@ -285,9 +286,10 @@ class RunBook:
     def show_dashboard(self) -> bool:
         """Whether this record goes to the live dashboard (started at the first record shown: --dashboard and
         stdout a terminal) rather than the progress line."""
-        if self.dashboard is None and not self.shutting_down and self.out is print:
+        if self.dashboard is None and not self.dashboard_decided and not self.shutting_down and self.out is print:
             from asyncrl.diagnostics.dashboard import wanted
 
+            self.dashboard_decided = True  # stdout does not become a terminal later
             if wanted(self.cfg):
                 from asyncrl.diagnostics.dashboard import Dashboard
 
