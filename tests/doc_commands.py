@@ -30,6 +30,8 @@ SKIPS: list[tuple[str, str]] = [
     (r"^python benchmarks/envpool_vs_gym\.py", "needs envpool, which is not installed"),
     (r"^asyncrl-sweep sweep\.yaml --concurrent", "six training runs; the --dry-run line beside it runs here"),
     (r"^(\.venv/bin/python |python )?examples/", "an example: tests/test_examples.py runs each with a tiny budget"),
+    (r"^ray start\b", "starts a Ray node that runs until stopped; tests/test_remote_actors.py starts a cluster"),
+    (r"^asyncrl-train .*--ray \d", "needs a Ray cluster at that address; tests/test_remote_actors.py trains on one"),
     (r"^asyncrl-tune\b", "a search of minutes; tests/test_tune.py runs the tuner on two layouts"),
     (r"--config tuned-\S+\.yaml", "trains with a file asyncrl-tune wrote; tests/test_tune.py runs one"),
 ]
