@@ -164,6 +164,8 @@ def measure(flags: list[str], seconds: float, train_dir: str, experiment: str) -
     result.wall_s = time.monotonic() - t0
     if code != 0:
         result.error = f"exit code {code}: {last_error(log_path)}"
+    elif not result.sps and not steady_span(read_metrics(run_dir)):
+        result.error = f"no env steps in its first {seconds + GRACE_S:.0f} s (start-up too slow on this machine)"
     elif not result.error and steady_span(read_metrics(run_dir)) < 0.5 * seconds:
         result.error = "too few seconds of stepping to measure (raise --seconds-per-layout)"
     return result
