@@ -36,10 +36,8 @@ class LocalCluster:
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         self._start(["--head", "--port", str(self.port), "--include-dashboard", "false",
                      "--dashboard-agent-listen-port", str(free_port())], head_cpus)
-        self._wait_nodes(1)
         for cpus in node_cpus:
             self._start(["--address", self.address], cpus)
-        self._wait_nodes(1 + len(node_cpus))
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -47,21 +45,21 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _start(self, args: list[str], cpus: float) -> None:
-        log = open(self.logs / f"node{len(self.nodes)}.log", "wb")  # noqa: SIM115 - the node's lifetime
-        self.nodes.append(subprocess.Popen(
+    def _start(self, args: list[str], cpus: float, timeout: float = 90.0) -> None:
+        """Start a node and wait until it says it runs (`ray start` prints "Ray runtime started." once the node
+        has joined), reading its log rather than starting `ray status` processes."""
+        path = self.logs / f"node{len(self.nodes)}.log"
+        log = open(path, "wb")  # noqa: SIM115 - the node's lifetime
+        node = subprocess.Popen(
             [*RAY, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(int(cpus)),
-             "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env))
-
-    def _wait_nodes(self, count: int, timeout: float = 90.0) -> None:
+             "--disable-usage-stats", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.nodes.append(node)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            out = subprocess.run([*RAY, "status", "--address", self.address], capture_output=True, text=True,
-                                 env=self.env)
-            if out.returncode == 0 and out.stdout.count(" node_") >= count:
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"the Ray cluster did not reach {count} nodes in {timeout:.0f} s")
+        while b"Ray runtime started" not in path.read_bytes():
+            if node.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"Ray node {len(self.nodes) - 1} did not start (see {path})")
+            time.sleep(0.1)
 
     def kill_node(self, index: int) -> int:
         """SIGKILL node `index`'s raylet (a worker node: 1..); its pid."""
