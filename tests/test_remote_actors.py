@@ -70,14 +70,14 @@ def test_local_and_remote_together_then_sac(cluster, tmp_path):
         if run.proc.poll() is None:
             run.proc.kill()
     proc = run_cli(["--env", "Pendulum-v1", "--algo", "sac", "--workers", "0", "--remote-workers", "1",
-                    "--ray", cluster.address, "--frames", "1200", "--learning-starts", "400", "--report-interval", "1",
+                    "--ray", cluster.address, "--frames", "800", "--learning-starts", "300", "--report-interval", "1",
                     "--device", "cpu", "--experiment", "sac"], tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = remote_records(tmp_path / "sac")
-    assert records[-1]["env_steps"] >= 1200
+    assert records[-1]["env_steps"] >= 800
     assert all(r["remote_share"] == 1.0 for r in records if r["remote_share"] is not None)
     trained = [r for r in records if r.get("critic_loss") is not None]  # updates on remote transitions
-    assert trained and trained[-1]["replay_size"] > 400 and trained[-1]["updates_total"] > 0
+    assert trained and trained[-1]["replay_size"] > 300 and trained[-1]["updates_total"] > 0
 
 
 def test_remote_groups_alone_and_a_node_killed(cluster, tmp_path):

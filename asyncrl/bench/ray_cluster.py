@@ -69,24 +69,21 @@ class LocalCluster:
         return raylet.pid
 
     def stop(self) -> None:
-        """End every node (worker nodes first) and whatever they started; raise if a process is left."""
+        """End every node and whatever they started, at once (SIGKILL to each process of their trees, by PID:
+        nothing of a test cluster needs a graceful stop); raise if a process is left."""
         tree = []
         for node in self.nodes:
             try:
                 tree += [psutil.Process(node.pid), *psutil.Process(node.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 pass
-        for node in reversed(self.nodes):
-            if node.poll() is None:
-                node.send_signal(signal.SIGINT)  # `ray start --block` stops its node's processes
+        for p in tree:
             try:
-                node.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                node.kill()
-                node.wait()
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        for node in self.nodes:
+            node.wait()
         _, alive = psutil.wait_procs(tree, timeout=10)
-        for p in alive:
-            p.kill()
-        _, alive = psutil.wait_procs(alive, timeout=5)
         if alive:
             raise RuntimeError(f"Ray processes left behind: {[p.pid for p in alive]}")
