@@ -18,9 +18,9 @@ import yaml
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.dashboard import Dashboard, sparkline, wanted
+from asyncrl.diagnostics.layout_moves import suggestion
 from asyncrl.resolve import config_from_flags
 from asyncrl.tune.measure import summarize
-from asyncrl.tune.moves import suggestion
 from tests import launcher
 from tests.conftest import read_metrics
 

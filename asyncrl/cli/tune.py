@@ -8,7 +8,7 @@ Every flag that is not the tuner's own is an asyncrl-train flag: it sets what is
 --worker-splits, --policy-workers, --batch-size, --minibatches, --learner-threads) are the start layout; without
 them the start is the preset's. Each layout runs the real engine for --seconds-per-layout in a child process
 (asyncrl.tune.measure); which layout comes next depends on the bottleneck verdict of the fastest so far
-(asyncrl.tune.search, asyncrl.tune.moves). The winner is written as a --config file.
+(asyncrl.tune.search, asyncrl.diagnostics.layout_moves). The winner is written as a --config file.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import time
 from typing import Any
 
 from asyncrl.cli.errors import OneLineParser, fail
+from asyncrl.cli.train import main as train_main
 from asyncrl.config import PPO_ONLY, Config, ConfigError
 from asyncrl.diagnostics.bottleneck import LABELS
+from asyncrl.diagnostics.layout_moves import LAYOUT, Reference, layout_of, layout_text
 from asyncrl.envs.base import EnvError
 from asyncrl.system import affinity_cpus, cgroup_cpu_limit, usable_cpus
 from asyncrl.tune.measure import measure
-from asyncrl.tune.moves import LAYOUT, Reference, layout_of, layout_text
 from asyncrl.tune.search import START_UP_S, Search, Trial
 
 # Set by the tuner for its measurements (or meaningless for them); refused on its command line.
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = opts.keep_runs or tempfile.mkdtemp(prefix="asyncrl-tune-")
 
     def run_layout(cfg: Config, name: str):
-        return measure(as_flags({**base, **measuring, **layout_settings(cfg)}), opts.seconds_per_layout,
+        return measure(train_main, as_flags({**base, **measuring, **layout_settings(cfg)}), opts.seconds_per_layout,
                        run_dir, name)
 
     warned: list[str] = []

@@ -6,7 +6,7 @@ shows steps/s and frames/s with their recent history, each stage's share of its 
 verdict, policy lag and dropped samples, queue depths, CPU and memory per process kind (GPU where sampled), the
 learner's losses, entropy, KL and gradient norm, the episode return with its history, and the ETA. When the learner
 is the bottleneck or stale samples are dropped it shows the one flag change asyncrl-tune would try first
-(asyncrl.tune.moves.suggestion).
+(asyncrl.diagnostics.layout_moves.suggestion).
 
 Its own cost is on the screen: its CPU time (time.thread_time around each redraw, which lays out and writes the
 frame, and around `update`) against the run's CPU time (its processes' `cpu_total` over each interval).
@@ -27,6 +27,7 @@ from typing import Any
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import LABELS
+from asyncrl.diagnostics.layout_moves import suggestion
 from asyncrl.diagnostics.progress import ProgressLine, dropped_share, format_duration, lag_text
 from asyncrl.diagnostics.resources import process_type
 
@@ -152,8 +153,6 @@ class Dashboard:
     # ----- data -----
     def update(self, record: dict[str, Any], loop_seconds: float | None = None) -> None:
         """Keep one metrics record (the runner's thread; the redraw thread reads it)."""
-        from asyncrl.tune.moves import suggestion
-
         t0 = time.thread_time()
         t, cpu = record.get("time"), record.get("cpu_total")
         if isinstance(t, int | float) and self._last_time is not None and isinstance(cpu, int | float):

@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +83,7 @@ class Forked:
     layout: 2-3 s of CPU each), in a session of its own, its output in `log_path`: the part of subprocess.Popen
     the measurement uses."""
 
-    def __init__(self, args: list[str], log_path: str):
+    def __init__(self, entry: Callable[[list[str]], int], args: list[str], log_path: str):
         warm_up()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -98,9 +99,7 @@ class Forked:
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-                from asyncrl.cli.train import main
-
-                code = main(args)
+                code = entry(args)
             except BaseException:  # noqa: BLE001 - the child reports and exits; it must not return into the tuner
                 import traceback
 
@@ -136,7 +135,7 @@ def warm_up() -> None:
     """Import what every run imports (torch included) once, in the tuner, before the first fork."""
     import torch  # noqa: F401
 
-    import asyncrl.cli.train  # noqa: F401
+    import asyncrl.launch  # noqa: F401
     import asyncrl.runtime.roles.runner  # noqa: F401
 
 
@@ -146,15 +145,16 @@ def steady_span(records: list[dict[str, Any]]) -> float:
     return steady[-1] - steady[0] if steady else 0.0
 
 
-def measure(flags: list[str], seconds: float, train_dir: str, experiment: str) -> Measurement:
-    """Run `asyncrl-train FLAGS` (a fork of this process, in a new session, so a stuck run is stopped with all its
-    processes) until its records span `seconds` of stepping (start-up not counted), stop it as Ctrl-C would, and
-    summarise its records."""
+def measure(entry: Callable[[list[str]], int], flags: list[str], seconds: float, train_dir: str,
+            experiment: str) -> Measurement:
+    """Run `entry(FLAGS)` (asyncrl-train's command-line entry, handed down by `asyncrl-tune`) as a fork of this
+    process, in a new session, so a stuck run is stopped with all its processes, until its records span `seconds`
+    of stepping (start-up not counted); stop it as Ctrl-C would, and summarise its records."""
     log_path = os.path.join(train_dir, f"{experiment}.log")
     run_dir = os.path.join(train_dir, experiment)
     os.makedirs(train_dir, exist_ok=True)
     t0 = time.monotonic()
-    proc = Forked(train_args(flags, seconds + GRACE_S, train_dir, experiment), log_path)
+    proc = Forked(entry, train_args(flags, seconds + GRACE_S, train_dir, experiment), log_path)
     try:
         code = _wait_for_span(proc, run_dir, seconds, t0 + seconds + 2 * GRACE_S)
     except BaseException:  # Ctrl-C in the tuner: stop the child and its workers first

@@ -1,11 +1,12 @@
 """The tuner's search: measure the start layout, then the moves its verdict calls for, best layout first.
 
-Each step takes the fastest layout measured so far and tries the first of its verdict's moves (asyncrl.tune.moves)
-not yet measured; when its moves are used up, the next fastest layout's (none under half the best's steps/s); when
-every such layout's are, the best layout's other moves. A move that cost a layout more than half its steps/s is
-not tried on another. It stops when the next measurement would not end inside the time budget. With `confirm`,
-the start and the winner are measured once more at the end and the better of the two by their mean steps/s wins
-(one lucky or unlucky run on a busy machine does not decide alone; the ratio is of those means). Torch-free.
+Each step takes the fastest layout measured so far and tries the first of its verdict's moves
+(asyncrl.diagnostics.layout_moves) not yet measured; when its moves are used up, the next fastest layout's (none
+under half the best's steps/s); when every such layout's are, the best layout's other moves. A move that cost a
+layout more than half its steps/s is not tried on another. It stops when the next measurement would not end inside
+the time budget. With `confirm`, the start and the winner are measured once more at the end and the better of the
+two by their mean steps/s wins (one lucky or unlucky run on a busy machine does not decide alone; the ratio is of
+those means). Torch-free.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 
 from asyncrl.config import Config
 from asyncrl.diagnostics.bottleneck import KINDS, LABELS
+from asyncrl.diagnostics.layout_moves import Move, Reference, layout_of, moves
 from asyncrl.tune.measure import Measurement
-from asyncrl.tune.moves import Move, Reference, layout_of, moves
 
 START_UP_S = 4.0  # a measurement's wall time past its --seconds before the first one says (start-up, shutdown)
 BACKFIRED = 0.5  # a move that left less than this share of its layout's steps/s is not tried on other layouts

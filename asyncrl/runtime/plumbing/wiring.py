@@ -70,6 +70,6 @@ def build_wiring(cfg: Config, spec: EnvSpec, ranks: DataParallel | None = None) 
     processes += [ProcessSpec(f"rollout-{i}", "asyncrl.runtime.roles.rollout_worker", "run_rollout_worker",
                               (i, cfg, traj, channels)) for i in range(cfg.workers)]
     if cfg.remote_workers:  # the Ray transport's client: remote actor groups' slots into these buffers
-        processes.append(ProcessSpec("remote-0", "asyncrl.runtime.remote.bridge", "run_bridge",
+        processes.append(ProcessSpec("remote-0", "asyncrl.runtime.roles.remote_bridge", "run_bridge",
                                      (cfg, spec, traj, weights, channels)))
     return RunWiring(traj, weights, channels, processes)

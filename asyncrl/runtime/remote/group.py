@@ -1,12 +1,12 @@
 """A remote actor group: the rollout and inference stages on a Ray node, shipping whole trajectory slots.
 
-The group runs as a Ray actor (`asyncrl.runtime.remote.bridge` makes it one). It steps its env splits and acts on
-them in one process, as `--serial` does, with a CPU copy of each acting policy loaded from the weights the bridge
-publishes (a flat float32 array per policy, `ray.put` once per new version; each group fetches it from the
+The group runs as a Ray actor (`asyncrl.runtime.roles.remote_bridge` makes it one). It steps its env splits and
+acts on them in one process, as `--serial` does, with a CPU copy of each acting policy loaded from the weights the
+bridge publishes (a flat float32 array per policy, `ray.put` once per new version; each group fetches it from the
 object store when it sees a newer version on the bridge's `WeightsBoard`). Each call of `collect` steps until at
-least one slot is full and returns the full slots as plain arrays, tagged in their
-`versions` column with the policy version that acted, so the learner's lag cap and V-trace treat them as local
-ones. Its slots are its own (anonymous memory): only copies leave the node.
+least one slot is full and returns the full slots as plain arrays, tagged in their `versions` column with the
+policy version that acted, so the learner's lag cap and V-trace treat them as local ones. Its slots are its own
+(anonymous memory): only copies leave the node.
 """
 
 from __future__ import annotations
