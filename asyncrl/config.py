@@ -542,6 +542,11 @@ class Config:
         """Envs per remote actor group."""
         return self.remote_envs_per_worker or self.envs_per_worker
 
+    @property
+    def remote_splits(self) -> int:
+        """Env splits (and so slots filled together) per remote actor group."""
+        return self.remote_envs // self.envs_per_split
+
     def _validate_serial(self) -> None:
         """--serial runs everything in this process: one inference path, and no torchrun group."""
         from asyncrl.scaling import world_size

@@ -63,7 +63,7 @@ def remote_slots(cfg: Config) -> int:
     workers at least a batch more than one call per split, so the learner can always fill a batch."""
     if not cfg.remote_workers:
         return 0
-    splits = cfg.remote_workers * (cfg.remote_envs // cfg.envs_per_split)
+    splits = cfg.remote_workers * cfg.remote_splits
     return REMOTE_IN_FLIGHT * splits if cfg.workers else max(REMOTE_IN_FLIGHT * splits,
                                                               splits + cfg.trajectories_per_batch)
 

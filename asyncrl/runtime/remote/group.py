@@ -45,8 +45,7 @@ class WeightsBoard:
 
 def group_config(cfg: Config) -> Config:
     """A remote group's layout: `--remote-envs-per-worker` envs in splits of the run's envs per split."""
-    splits = cfg.remote_envs // cfg.envs_per_split
-    return dataclasses.replace(cfg, workers=1, envs_per_worker=cfg.remote_envs, worker_splits=splits)
+    return dataclasses.replace(cfg, workers=1, envs_per_worker=cfg.remote_envs, worker_splits=cfg.remote_splits)
 
 
 def node_name() -> str:

@@ -67,7 +67,7 @@ class Bridge:
         self.stepped, self.budget = self.live["stepped"], self.live["step_budget"]
         self.budget_told = False
         self.stats = IntervalStats(channels, "remote", 0, cfg.report_interval)
-        for key in ("env_steps", "env_errors", "slots", "bytes", "t_wait_slot", "t_get"):
+        for key in ("env_steps", "env_errors", "slots", "bytes", "t_wait_slot"):
             self.stats.add(key, 0)
         self.stats.extend("episodes", [])
         if cfg.acting_policies > 1:
@@ -76,7 +76,7 @@ class Bridge:
         self.pending: dict[Any, tuple[GroupState, list[int]]] = {}  # call -> its group and its reserved slots
         self.pool: list[int] = []  # free slots taken (recorded as the bridge's), not yet reserved for a call
         self.starved: list[GroupState] = []  # groups whose next call waits for free slots
-        self.splits = cfg.remote_envs // cfg.envs_per_split  # slots one call fills
+        self.splits = cfg.remote_splits  # slots one call fills
         self.flat: list[np.ndarray] = []
         self.versions: list[int] = []
         self.ref: Any = None  # the current weights in the object store
@@ -235,7 +235,6 @@ class Bridge:
                     if not serving:  # until the first shipment, the wait is the groups' start-up
                         self.stats.restart()
                         serving = True
-                    self.stats.add("t_get", time.monotonic() - t0)
                     self._deliver(group, shipment, slots)
                     self._call(group)
                 self._feed_starved()
