@@ -73,6 +73,9 @@ VALUE_SCALING_IN_LEARNER = True
 # line, or a config-file value that differs from the preset's, for an algorithm outside it is refused.
 ALGOS = ("appo", "sac", "td3", "redq")
 PPO_ONLY = ("appo",)
+PRECISIONS = ("auto", "fp32", "bf16", "bf16-all")  # --precision
+COMPILE_CHOICES = ("none", "inference", "learner", "all")  # --compile: which hot paths torch.compile takes
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # --compile-mode: torch.compile's mode
 ACTIVATIONS = ("tanh", "relu")  # --activation: the built-in MLPs' hidden units
 REPLAY_ONLY = ("sac", "td3", "redq")
 
@@ -297,7 +300,15 @@ class Config:
     experiment: str = field(default="", metadata={"help": "experiment name (default: the env name)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     precision: str = ppo_setting("auto",
-        "encoder compute dtype: auto (bf16 for the CNN on CPUs with native bf16, else fp32), fp32 or bf16")
+        "compute dtype: auto (bf16 encoder for the CNN on CPUs with native bf16, else fp32), fp32, bf16 (the "
+        "encoder), or bf16-all (bf16 autocast over the whole forward; log-probs, values, V-trace and the loss in "
+        "fp32; for CUDA, see docs/performance.md)")
+    compile: str = field(default="none", metadata={"algos": ("appo", "sac"), "help":
+        "torch.compile the hot paths: none, inference (the policy workers' act, padded to fixed batch shapes), "
+        "learner (the whole update: forward, loss, backward), or all; compiled artefacts are cached in "
+        "$TORCHINDUCTOR_CACHE_DIR (default ~/.cache/asyncrl/inductor); see docs/performance.md"})
+    compile_mode: str = field(default="default", metadata={"algos": ("appo", "sac"), "help":
+        "torch.compile's mode for --compile: default, reduce-overhead (CUDA graphs, CUDA only) or max-autotune"})
     seed: int = field(default=0, metadata={
         "help": "random seed of the model's initial weights, minibatch order, env resets and action sampling"})
     deterministic: bool = ppo_setting(False,
@@ -467,8 +478,9 @@ class Config:
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
         if self.env_vectorization not in ("auto", "loop"):
             raise ConfigError(f"--env-vectorization must be auto or loop, got {self.env_vectorization!r}")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"--precision must be auto, fp32 or bf16 (got {self.precision!r})")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision must be auto, fp32, bf16 or bf16-all (got {self.precision!r})")
+        self._validate_compile()
         if self.lr_schedule not in ("kl", "constant", "linear", "auto"):
             raise ConfigError(f"--lr-schedule must be kl, constant, linear or auto (got {self.lr_schedule!r})")
         if self.lr_schedule == "linear" and not self.frames:
@@ -476,6 +488,24 @@ class Config:
         self._validate_around_run()
         self._validate_scaling()
         self._validate_population()
+
+    def _validate_compile(self) -> None:
+        """--compile and --compile-mode: known values, and the combinations the compiled paths cover."""
+        if self.compile not in COMPILE_CHOICES:
+            raise ConfigError(f"--compile must be one of {', '.join(COMPILE_CHOICES)} (got {self.compile!r})")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(f"--compile-mode must be one of {', '.join(COMPILE_MODES)} (got {self.compile_mode!r})")
+        if self.compile == "none":
+            return
+        if self.algo not in ("appo", "sac"):
+            raise ConfigError(f"--compile covers appo and sac; --algo {self.algo} runs eager (drop --compile)")
+        if self.algo == "sac" and self.compile == "inference":
+            raise ConfigError("--compile inference: sac compiles its updates only (its actor acts for a few envs); "
+                              "use --compile learner")
+        if self.compile_mode == "reduce-overhead" and self.device == "cpu":
+            raise ConfigError("--compile-mode reduce-overhead captures CUDA graphs; it needs --device cuda")
+        if self.encoder not in ("auto", "nature", "impala", "mlp"):
+            raise ConfigError(f"--compile does not cover a user's --encoder {self.encoder}; drop --compile")
 
     def _validate_population(self) -> None:
         """--num-policies, --policy-mapping, --policy-settings and --pbt."""

@@ -8,18 +8,22 @@ learning rate (`--lr-schedule kl`). The maths is in `asyncrl.algo`; the process 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from asyncrl.agents.appo.compiled_update import LossSettings, forward_loss
 from asyncrl.agents.appo.head import PolicyHead, RecurrentPolicyHead
 from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
 from asyncrl.agents.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.agents.batch import Batch
+from asyncrl.agents.compiled import autocast_dtype, compile_fn, first_call
 from asyncrl.agents.eager import Adam
 from asyncrl.agents.rng_state import load_rng_state, rng_state
+from asyncrl.agents.synthetic import synthetic_batch
 from asyncrl.algo.lr_schedule import KL_RANGE, kl_adaptive_lr, linear_lr, warmup_factor
 from asyncrl.algo.return_norm import ReturnNormalizer
 from asyncrl.algo.value_transform import ValueTransform
@@ -81,6 +85,12 @@ class APPOLearner:
         self.agree_updates: Callable[[int], int] = same_update_count
         self.heartbeat: Callable[[], None] = no_heartbeat
         self.extra_parameters: tuple[torch.Tensor, ...] = ()
+        # --compile learner|all, or --precision bf16-all: the forward and loss as one pure function (compiled_update)
+        self.loss_settings = LossSettings(
+            self.hp, self.value_transform, spec.action_shape, keep_targets=cfg.normalize_returns,
+            center_values=cfg.center_values, autocast_dtype=autocast_dtype(cfg.precision, device))
+        self.compiled = cfg.compile in ("learner", "all")
+        self.forward_loss = compile_fn(forward_loss, cfg.compile_mode) if self.compiled else forward_loss
 
     @staticmethod
     def build_policy(spec: EnvSpec, cfg: Config, device: torch.device) -> ActorCritic:
@@ -165,31 +175,55 @@ class APPOLearner:
         )
         return out
 
+    def warm_up(self) -> float | None:
+        """With --compile learner|all: compile the update (forward, loss, backward) on a zero minibatch of the run's
+        shape, leaving weights, optimizer and generators as they were; its seconds (None: nothing to compile).
+        CompileError when torch cannot compile this model."""
+        if not self.compiled:
+            return None
+        cfg = self.cfg
+        columns = max(1, cfg.trajectories_per_batch * cfg.envs_per_split // max(cfg.minibatches, 1))
+        mb = synthetic_batch(self.spec, cfg.rollout, columns, self.device)
+
+        def update() -> None:
+            loss, _ = self._pure_forward(mb, mb.trainable(cfg.max_policy_lag), 1.0, None)
+            loss.backward()
+            self.optimizer.zero_grad(set_to_none=True)
+
+        return first_call("the APPO update", update)
+
+    def _pure_forward(self, mb: Batch, mask: torch.Tensor, reward_scale: float,
+                      on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None,
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss, stats) through `forward_loss` (compiled with --compile): no Python branch on the data."""
+        has_final = mb.has_final()
+        final_values = self._final_values(mb, has_final)
+        state: dict[str, torch.Tensor] = {}
+        if isinstance(self.model, RecurrentActorCritic):
+            state = dict(mb.initial_state or self.model.initial_state(mb.rewards.shape[1]))
+        offset = torch.tensor(self.value_offset or 0.0, device=mb.rewards.device)
+        loss, stats, vs, kept = self.forward_loss(
+            self.model, self.loss_settings, mb.obs, mb.actions, mb.behaviour_logp,
+            mb.rewards / reward_scale if reward_scale != 1.0 else mb.rewards, mb.terminated, mask,
+            mb.cut_without_terminal(), final_values, has_final, offset, mb.first, state)
+        if on_targets is not None and vs is not None and kept is not None:
+            on_targets(vs, kept)
+        return loss, stats
+
+    def _pure_path(self, mb: Batch) -> bool:
+        """Whether this minibatch goes through `forward_loss`: with --compile learner|all or --precision bf16-all,
+        except a recurrent model's rare minibatch with a bootstrapped truncation (the state at the cut is needed)."""
+        if not (self.compiled or self.loss_settings.autocast_dtype is not None):
+            return False
+        return not (isinstance(self.model, RecurrentActorCritic) and bool((mb.final_step >= 0).any()))
+
     def _step(self, mb: Batch, mask: torch.Tensor, reward_scale: float = 1.0,
               on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, float]:
-        t, b = mb.rewards.shape
         t0 = time.monotonic()
-        if isinstance(self.model, RecurrentActorCritic):  # re-run the core over each whole trajectory
-            policy_out, values, before_reset = self._unroll(mb)
-            final_values = self._final_values_recurrent(mb, before_reset)
+        if self._pure_path(mb):
+            loss, stats = self._pure_forward(mb, mask, reward_scale, on_targets)
         else:
-            policy_out, values = self.model(map_obs(mb.obs, lambda x: x.flatten(0, 1)))
-            values = values.reshape(t + 1, b)
-            final_values = None
-        # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
-        dist = self.model.distribution(policy_out[: t * b])
-        logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
-        entropy = dist.entropy().reshape(t, b)
-        has_final = mb.has_final()
-        if final_values is None:
-            final_values = self._final_values(mb, has_final)
-        else:
-            final_values = torch.where(has_final, final_values, torch.zeros_like(final_values))
-        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.terminated, mask, self.hp,
-                                truncated=mb.cut_without_terminal(),
-                                final_values=final_values, has_final=has_final,
-                                reward_scale=reward_scale, value_transform=self.value_transform,
-                                value_offset=self.value_offset, on_targets=on_targets)
+            loss, stats = self._eager_forward(mb, mask, reward_scale, on_targets)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -211,6 +245,34 @@ class APPOLearner:
         out["grad_norm"] = float(grad_norm)
         out["loss"] = float(loss.detach())
         return out
+
+    def _eager_forward(self, mb: Batch, mask: torch.Tensor, reward_scale: float,
+                       on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss, stats) of one minibatch, eager: the model's own unroll (runs between resets as single RNN calls)."""
+        t, b = mb.rewards.shape
+        if isinstance(self.model, RecurrentActorCritic):  # re-run the core over each whole trajectory
+            policy_out, values, before_reset = self._unroll(mb)
+            final_values = self._final_values_recurrent(mb, before_reset)
+        else:
+            policy_out, values = self.model(map_obs(mb.obs, lambda x: x.flatten(0, 1)))
+            values = values.reshape(t + 1, b)
+            final_values = None
+        # The bootstrap row (x_T) only needs its value; the policy is evaluated on the first T rows.
+        dist = self.model.distribution(policy_out[: t * b])
+        logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape)).reshape(t, b)
+        entropy = dist.entropy().reshape(t, b)
+        has_final = mb.has_final()
+        if final_values is None:
+            final_values = self._final_values(mb, has_final)
+        else:
+            final_values = torch.where(has_final, final_values, torch.zeros_like(final_values))
+        loss, stats = appo_loss(logp, entropy, values, mb.behaviour_logp, mb.rewards, mb.terminated, mask, self.hp,
+                                truncated=mb.cut_without_terminal(),
+                                final_values=final_values, has_final=has_final,
+                                reward_scale=reward_scale, value_transform=self.value_transform,
+                                value_offset=self.value_offset, on_targets=on_targets)
+        return loss, stats
 
     def _final_values(self, mb: Batch, has_final: torch.Tensor) -> torch.Tensor:
         """[T, B]: V(final obs) of the current network at each bootstrapped truncation, 0 elsewhere.
@@ -259,6 +321,7 @@ class APPOLearner:
         """Train on with `cfg`'s settings from now on (population-based training's explore step)."""
         self.cfg = cfg
         self.hp = hyperparams(cfg)
+        self.loss_settings = dataclasses.replace(self.loss_settings, hp=self.hp)
         self.lr = cfg.lr
 
     def adopt(self, other: APPOLearner) -> None:

@@ -82,7 +82,7 @@ def appo_loss(
     if value_offset is not None:
         values = values + value_offset
     if final_values is not None:
-        final_values = value_transform.to_value(final_values.detach()) + (value_offset or 0.0)
+        final_values = value_transform.to_value(final_values.detach()) + (0.0 if value_offset is None else value_offset)
     if reward_scale != 1.0:
         rewards = rewards / reward_scale
     zeros = torch.zeros_like(rewards, dtype=torch.bool)

@@ -58,6 +58,8 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     env_steps, run_state = start.env_steps, start.run
     group = _join(ranks, learner, channels)
     publishers = [_publish_first(cfg, m, w, checksum=p == 0) for p, (m, w) in enumerate(zip(learners, weights))]
+    if not _warm_up(learners, channels):
+        return  # reported as fatal; the runner has stopped the run
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
                                   "stats": list(learner.stat_names),
                                   "policies": [member_settings(m.cfg) for m in learners]})
@@ -136,6 +138,24 @@ def _resume(cfg: Config, learner: list[Learner], channels: Channels) -> Resumed 
         return _fatal(channels, {"message": str(exc), "hint": False})
     report(channels, "info", 0, {"message": f"resumed from {resumed.path}"})
     return resumed
+
+
+def _warm_up(learners: list[Learner], channels: Channels) -> bool:
+    """--compile learner|all: compile each learner's update now (the policy workers already sample on the first
+    weights), with a progress line before and after; False after a fatal report (torch cannot compile it)."""
+    warm_ups = [getattr(m, "warm_up", None) for m in learners if getattr(m, "compiled", False)]
+    if not warm_ups:
+        return True
+    from asyncrl.agents.compiled import CompileError, cache_dir
+
+    report(channels, "info", 0, {"message": f"compiling the learner's update (cache {cache_dir()})..."})
+    try:
+        seconds = sum(warm_up() or 0.0 for warm_up in warm_ups if warm_up is not None)
+    except CompileError as exc:
+        _fatal(channels, {"message": str(exc), "hint": False, "exit_code": 2})
+        return False
+    report(channels, "info", 0, {"message": f"learner's update compiled in {seconds:.1f} s"})
+    return True
 
 
 def _join(ranks: DataParallel | None, learner: Learner, channels: Channels) -> Group | None:

@@ -13,13 +13,13 @@ import time
 import numpy as np
 import torch
 
-from asyncrl.agents.acting import published_actor
+from asyncrl.agents.acting import Actor, published_actor
 from asyncrl.agents.registry import learner_class
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.runtime.host.devices import resolve_device
 from asyncrl.runtime.host.seeding import make_deterministic
-from asyncrl.runtime.plumbing.channels import Channels, Empty
+from asyncrl.runtime.plumbing.channels import Channels, Empty, report
 from asyncrl.runtime.plumbing.interval_stats import IntervalStats
 from asyncrl.runtime.plumbing.weights import WeightsReader
 from asyncrl.runtime.roles.process import init_child
@@ -38,12 +38,42 @@ def run_policy_worker(index: int, cfg: Config, spec: EnvSpec, traj: SharedArrays
     # One model per policy (--num-policies), each kept in sync with its own published weights.
     models = [learner_class(cfg.algo).build_policy(spec, cfg, device).eval() for _ in weights]
     readers = [WeightsReader(m, w) for m, w in zip(models, weights)]
-    stage = InferenceStage(cfg, spec, traj, [published_actor(m) for m in models], device)
+    actors = compiled_actors(index, cfg, spec, models, channels)
+    if actors is None:
+        return  # reported as fatal; the runner stops the run
+    stage = InferenceStage(cfg, spec, traj, actors, device)
     while any(r.version == 0 for r in readers) and not channels.stopping:  # wait for the learner's first weights
         sum(r.refresh() for r in readers) or time.sleep(0.01)
     # Distinct sampling noise per worker, per restart and per resumed run (forked workers share torch's default).
     torch.manual_seed(hash((cfg.seed, index, int(channels.live["policy_epoch"][0]), readers[0].version)) % 2**63)
     serve_requests(index, cfg, stage, readers, channels)
+
+
+def compiled_actors(index: int, cfg: Config, spec: EnvSpec, models: list[torch.nn.Module],
+                    channels: Channels) -> list[Actor] | None:
+    """The acting contract of each model: eager, or with --compile inference|all compiled on padded requests and
+    warmed up here, with a progress line before and after. None after a fatal report (torch cannot compile it)."""
+    if cfg.compile not in ("inference", "all") or cfg.algo != "appo":
+        return [published_actor(m) for m in models]
+    from asyncrl.agents.compiled import CompileError, autocast_dtype, cache_dir
+    from asyncrl.agents.compiled_acting import CompiledActor
+
+    max_splits = max(1, cfg.num_splits // cfg.policy_workers)
+    actors = [CompiledActor(m, spec, cfg.envs_per_split, max_splits, cfg.compile_mode,
+                            autocast_dtype(cfg.precision, resolve_device(cfg.device))) for m in models]
+    if index == 0:
+        report(channels, "info", index, {"message": f"compiling the policy's act for {actors[0].sizes} rows "
+                                                    f"(cache {cache_dir()})..."})
+    try:
+        seconds = sum(a.warm_up() for a in actors)
+    except CompileError as exc:
+        channels.reports.put(("fatal", index, time.time(), {"message": str(exc), "hint": False, "exit_code": 2}),
+                             timeout=10)
+        while not channels.stopping:
+            time.sleep(0.05)
+        return None
+    report(channels, "info", index, {"message": f"policy worker {index}: act compiled in {seconds:.1f} s"})
+    return actors
 
 
 def serve_requests(index: int, cfg: Config, stage: InferenceStage, readers: list[WeightsReader],
