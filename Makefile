@@ -24,7 +24,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --upgrade $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep]"
+	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,envpool]"
 	touch $(STAMP)
 
 lint: install
@@ -46,7 +46,7 @@ train: install
 BENCH_STAMP := $(VENV)/.bench-stamp
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,bench]"
+	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,envpool,bench]"
 	touch $(BENCH_STAMP)
 
 bench: install $(BENCH_STAMP)

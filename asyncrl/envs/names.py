@@ -12,8 +12,11 @@ from asyncrl.envs.base import EnvError
 ATARI_PREFIX = "atari_"
 GYMNAX_PREFIX = "gymnax:"
 PETTINGZOO_PREFIX = "pettingzoo:"
-NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, "
-             "pettingzoo:<family>.<env>, null, or module:callable")
+ENVPOOL_PREFIX = "envpool:"
+PLAYGROUND_PREFIX = "playground:"
+ISAACLAB_PREFIX = "isaaclab:"
+NAME_HELP = ("Run with a registered gymnasium id, atari_<game>, doom_<scenario>, gymnax:<id>, envpool:<task id>, "
+             "playground:<env>, isaaclab:<task>, pettingzoo:<family>.<env>, null, or module:callable")
 
 
 def is_mujoco(name: str) -> bool:

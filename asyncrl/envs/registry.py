@@ -2,8 +2,9 @@
 they share.
 
 Names: `atari_<rom>` (ale_py's C++ vector env), `doom_<scenario>` (VizDoom, the optional `doom` extra), `null`,
-`gymnax:<id>`, `pettingzoo:<family>.<env>`, a registered gymnasium id, or `module:callable` where the callable
-returns a `gymnasium.Env` (or a VectorEnv, or a multi-agent env). This module stays light: no torch, and no
+`gymnax:<id>`, `envpool:<task id>` (EnvPool, the `envpool` extra), `playground:<env>` (MuJoCo Playground),
+`isaaclab:<task>` (Isaac Lab), `pettingzoo:<family>.<env>`, a registered gymnasium id, or `module:callable` where
+the callable returns a `gymnasium.Env` (or a VectorEnv, or a multi-agent env). This module stays light: no torch, and no
 backend module is imported until a name of its row is built (ale_py only for Atari names, or to suggest close
 matches for an unknown name; vizdoom only for Doom names).
 
@@ -29,7 +30,13 @@ from typing import Any
 from asyncrl.config import Config, ConfigError, parse_env_kwargs, parse_info_keys
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
 from asyncrl.envs.doom import DOOM_PREFIX
-from asyncrl.envs.names import ATARI_PREFIX, GYMNAX_PREFIX, PETTINGZOO_PREFIX, is_mujoco
+from asyncrl.envs.names import (
+    ATARI_PREFIX,
+    ENVPOOL_PREFIX,
+    GYMNAX_PREFIX,
+    PETTINGZOO_PREFIX,
+    is_mujoco,
+)
 
 EnvSettings = Config | Mapping[str, Any] | str  # a Config, some of its fields by name, or an env name alone
 
@@ -73,6 +80,8 @@ BACKENDS: list[Backend] = [
             train_options=("env_threads", "max_episode_frames"), family="atari"),
     Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env",
             options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
+    Backend("envpool", lambda name: name.startswith(ENVPOOL_PREFIX), "asyncrl.envs.envpool_env",
+            options=("env_kwargs", "workers", "worker_splits")),  # one synchronous EnvPool per worker split
     Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
             options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
     Backend("mujoco", is_mujoco, "asyncrl.envs.gym_backend", options=("env_kwargs",), family="mujoco", info_keys=True),
@@ -118,6 +127,12 @@ def preset_family(name: str) -> str | None:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
+_FACTORIES = {f.name: f.default_factory for f in dataclasses.fields(Config)
+              if f.default_factory is not dataclasses.MISSING}  # e.g. workers (from the usable cores)
+
+
+def _default(name: str) -> Any:
+    return _DEFAULTS[name] if name in _DEFAULTS else _FACTORIES[name]()
 
 
 def _settings(cfg: EnvSettings, overrides: dict[str, Any]) -> Callable[[str], Any]:
@@ -126,9 +141,9 @@ def _settings(cfg: EnvSettings, overrides: dict[str, Any]) -> Callable[[str], An
         if name in overrides:
             return overrides[name]
         if isinstance(cfg, str):
-            return cfg if name == "env" else _DEFAULTS[name]
+            return cfg if name == "env" else _default(name)
         if isinstance(cfg, Mapping):
-            return cfg.get(name, _DEFAULTS[name])
+            return cfg[name] if name in cfg else _default(name)
         return getattr(cfg, name)
 
     return value
