@@ -34,6 +34,7 @@ from asyncrl.envs.names import (
     ATARI_PREFIX,
     ENVPOOL_PREFIX,
     GYMNAX_PREFIX,
+    ISAACLAB_PREFIX,
     PETTINGZOO_PREFIX,
     is_mujoco,
 )
@@ -82,6 +83,8 @@ BACKENDS: list[Backend] = [
             options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
     Backend("envpool", lambda name: name.startswith(ENVPOOL_PREFIX), "asyncrl.envs.envpool_env",
             options=("env_kwargs", "workers", "worker_splits")),  # one synchronous EnvPool per worker split
+    Backend("isaaclab", lambda name: name.startswith(ISAACLAB_PREFIX), "asyncrl.envs.isaaclab_env",
+            options=("env_kwargs",)),  # Isaac Lab's torch vector envs, on their device
     Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
             options=("env_kwargs",)),  # ParallelEnvs, an env column per agent
     Backend("mujoco", is_mujoco, "asyncrl.envs.gym_backend", options=("env_kwargs",), family="mujoco", info_keys=True),
