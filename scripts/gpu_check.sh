@@ -268,6 +268,15 @@ else
     check remote-cpu-actors $((T_PONG + 60)) 240 "" "$PY" -c "$REMOTE" "$DEV" "$OUT/runs/remote-cluster" $((T_PONG + 25))
 fi
 
+# Isaac Lab (isaaclab:<task>, asyncrl/envs/isaaclab_env.py): its cart-pole in Isaac Sim on the GPU, the one worker
+# owning the sim; SKIP where Isaac Lab does not import (it needs Isaac Sim, which no wheel here brings)
+if [ "$DRY" = 0 ] && ! "$PY" -c "import isaaclab" 2>/dev/null; then
+    say SKIP isaaclab-cartpole "Isaac Lab does not import here (pip install isaaclab[isaacsim], with Isaac Sim's GPU)"
+else
+    train isaaclab-cartpole 150 300 -- --env isaaclab:Isaac-Cartpole-Direct-v0 --device "$DEV" --workers 1 \
+        --worker-splits 1 --envs-per-worker 1024 --seconds 60 --checkpoint-interval 30
+fi
+
 # 2-rank NCCL with both normalisers (the mujoco preset's): NCCL takes one GPU per rank
 if [ "$DRY" = 0 ] && { [ "$REHEARSAL" = 1 ] || [ "${GPUS:-0}" -lt 2 ]; }; then
     say SKIP nccl-2-ranks "needs 2 GPUs (NCCL runs one rank per GPU); this machine has ${GPUS:-0}"
