@@ -43,8 +43,9 @@ def prepare_compiler() -> None:
             setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
 
 
-def compile_fn(fn: Callable, mode: str = "default", backend: str = "inductor") -> Callable:
-    """`fn` compiled whole-graph with static shapes; `mode` is --compile-mode ("default" passes none)."""
+def compile_fn(fn: Callable, mode: str = "default", backend: str | Callable = "inductor") -> Callable:
+    """`fn` compiled whole-graph with static shapes; `mode` is --compile-mode ("default" passes none); tests pass
+    a cheaper `backend` (aot_eager, or a counting one)."""
     prepare_compiler()
     options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "backend": backend}
     if backend == "inductor" and mode != "default":
@@ -56,8 +57,10 @@ def first_call(what: str, call: Callable[[], Any]) -> float:
     """Run `call` (a compiled function's first, compiling call); its seconds. CompileError (one line) when torch
     cannot compile it."""
     t0 = time.monotonic()
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     try:
-        call()
+        with torch.random.fork_rng(devices=cuda):  # the warm-up's draws leave the run's generators as they were
+            call()
     except Exception as exc:  # noqa: BLE001 - dynamo and inductor raise many kinds; each is the same user error
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -4,8 +4,8 @@ A policy worker's request is a whole number of worker splits (1 to `max_splits` 
 compiled act sees only the sizes `bucket_sizes` lists (the splits' count rounded up to a power of two, capped
 at the most a worker takes), so it compiles a handful of static graphs at start-up (`warm_up`, a progress line)
 and never again while sampling; rows past the request are zeros and are dropped from the result. Sampled
-actions come from the compiled graph's own random stream (same distribution as eager, other draws); greedy
-acting (the evaluator) stays eager. A recurrent core steps through its cell (`RecurrentCore.cell_step`).
+actions come from the compiled graph's own random stream (same distribution as eager, other draws); greedy ones
+are the eager model's. A recurrent core steps through its cell (`RecurrentCore.cell_step`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from asyncrl.agents.acting import State, published_actor
 from asyncrl.agents.compiled import autocast, compile_fn, first_call
 from asyncrl.agents.synthetic import zero_obs
 from asyncrl.envs.base import EnvSpec
-from asyncrl.models.actor_critic import ActorCritic, RecurrentActorCritic, sample_actions
+from asyncrl.models.actor_critic import ActorCritic, RecurrentActorCritic, greedy_from, sample_actions
 from asyncrl.models.cores import reset_rows
 from asyncrl.models.obs import Obs, map_obs
 
@@ -32,9 +32,10 @@ def bucket_sizes(rows_per_split: int, max_splits: int) -> list[int]:
     return [*sizes, max(1, max_splits) * rows_per_split]
 
 
-def sampled_act(model: ActorCritic, obs: Obs, state: State, first: torch.Tensor,
-                dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor, State]:
-    """Sampled actions, their log-probs and the state after, without data-dependent Python: what is compiled."""
+def pure_act(model: ActorCritic, obs: Obs, state: State, first: torch.Tensor, dtype: torch.dtype | None,
+             greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
+    """Sampled (or greedy) actions, their log-probs and the state after, without data-dependent Python: what is
+    compiled (one graph per padded size, and per `greedy`)."""
     with autocast(dtype, first.device):
         if isinstance(model, RecurrentActorCritic):
             obs = model._normalized(obs)
@@ -42,8 +43,11 @@ def sampled_act(model: ActorCritic, obs: Obs, state: State, first: torch.Tensor,
             out = model._policy(core_out, obs)
         else:
             out, after = model.policy_out(obs), state
-    log_std = getattr(model, "log_std", None)
-    actions, logp = sample_actions(out.float(), model.discrete, model.nvec, model.parts, log_std)
+    out = out.float()
+    if greedy:
+        actions = greedy_from(out, model.discrete, model.nvec, model.parts)
+        return actions, model.distribution(out).log_prob(actions), after
+    actions, logp = sample_actions(out, model.discrete, model.nvec, model.parts, getattr(model, "log_std", None))
     return actions, logp, after
 
 
@@ -58,11 +62,11 @@ class CompiledActor:
     through a compiled `sampled_act` on padded requests."""
 
     def __init__(self, model: ActorCritic, spec: EnvSpec, rows_per_split: int, max_splits: int, mode: str = "default",
-                 dtype: torch.dtype | None = None, backend: str = "inductor"):
+                 dtype: torch.dtype | None = None, backend: str | Callable = "inductor"):
         self.model, self.spec, self.dtype = model, spec, dtype
-        self.eager = published_actor(model)
+        self.eager = published_actor(model)  # the state half of the contract
         self.sizes = bucket_sizes(rows_per_split, max_splits)
-        self.compiled: Callable = compile_fn(sampled_act, mode, backend)
+        self.compiled: Callable = compile_fn(pure_act, mode, backend)
         device = model.policy_head.weight.device
         self.no_first = {size: torch.zeros(size, dtype=torch.bool, device=device) for size in self.sizes}
 
@@ -78,17 +82,15 @@ class CompiledActor:
 
     def act(self, obs: Obs, state: State, first: torch.Tensor | None,
             greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
-        if greedy:
-            return self.eager.act(obs, state, first, greedy=True)
         n = first.shape[0] if first is not None else next(iter(obs.values())).shape[0] if isinstance(obs, dict) \
             else obs.shape[0]
         size = self.size_for(n)
         padded_first = self.no_first[size] if first is None and size in self.no_first else (
             _pad(first.bool(), size) if first is not None else torch.zeros(size, dtype=torch.bool))
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: its tensors would not match the graphs' guards (a recompile)
             actions, logp, after = self.compiled(self.model, map_obs(obs, lambda x: _pad(x, size)),
                                                  {k: _pad(v, size) for k, v in state.items()}, padded_first,
-                                                 self.dtype)
+                                                 self.dtype, greedy)
         return actions[:n], logp[:n], {k: v[:n] for k, v in after.items()}
 
     def warm_up(self) -> float:

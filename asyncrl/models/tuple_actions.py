@@ -17,6 +17,13 @@ from asyncrl.envs.base import ActionPart
 from asyncrl.models.categorical import MultiCategorical
 
 
+@torch.compiler.assume_constant_result
+def _choices(part: ActionPart) -> tuple[int, ...]:
+    """A part's choices per component, as plain ints: a constant for torch.compile (`--compile`), which would
+    otherwise trace the space's numpy array as data."""
+    return part.nvec
+
+
 class TupleDistribution(Distribution):
     """`policy_out` [N, num_actions] and the Box parts' `log_std` [gaussian dims] (None: the mode only)."""
 
@@ -34,7 +41,7 @@ class TupleDistribution(Distribution):
                 self.dists.append((part, (out, std)))
                 box += part.width
             else:
-                self.dists.append((part, MultiCategorical(out, part.nvec)))
+                self.dists.append((part, MultiCategorical(out, _choices(part))))
         super().__init__(batch_shape=policy_out.shape[:-1], validate_args=False)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from asyncrl.agents.compiled import compile_fn, first_call
 from asyncrl.agents.eager import Adam
 from asyncrl.agents.off_policy import sac_loss as sac
 from asyncrl.agents.off_policy.learner import OffPolicyLearner
+from asyncrl.agents.off_policy.sac_compiled import actor_loss_fn, critic_loss_fn
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 
@@ -29,6 +31,51 @@ class SACLearner(OffPolicyLearner):
         self.entropy_target = sac.target_entropy(self.action_dim)
         self.critic_updates = 0
         self.last_actor_stats = {"actor_loss": 0.0, "entropy": 0.0}
+        # --compile learner|all (sac only: REDQ and TD3 change the target and the actor loss)
+        self.compiled = cfg.compile in ("learner", "all") and cfg.algo == "sac"
+        if self.compiled:
+            self.critic_loss_fn = compile_fn(critic_loss_fn, cfg.compile_mode)
+            self.actor_loss_fn = compile_fn(actor_loss_fn, cfg.compile_mode)
+
+    def warm_up(self) -> float | None:
+        """With --compile: compile both updates (forward and backward) on a zero batch of --sac-batch-size
+        transitions, leaving weights, optimizers and generators as they were; its seconds (None: nothing to do)."""
+        if not self.compiled:
+            return None
+        n, dev = self.cfg.sac_batch_size, self.device
+        obs = torch.zeros((n, *self.spec.obs_shape), device=dev)
+        b = {"obs": obs, "next_obs": obs, "actions": torch.zeros((n, self.action_dim), device=dev),
+             "rewards": torch.zeros(n, device=dev), "terminated": torch.zeros(n, dtype=torch.bool, device=dev),
+             "weights": torch.ones(n, device=dev) if self.cfg.per else None}
+
+        def both() -> None:
+            alpha = self.log_alpha.detach().exp()
+            self._critic_loss(b, alpha)[0].backward()
+            self.actor_loss_fn(self.actor.net, self.critic, b["obs"], alpha)[0].backward()
+            for optimizer in (self.critic_optimizer, self.actor_optimizer):
+                optimizer.zero_grad(set_to_none=True)
+
+        return first_call("the SAC update", both)
+
+    def _critic_loss(self, b: dict[str, torch.Tensor], alpha: torch.Tensor,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.critic_loss_fn(self.actor.net, self.critic, self.critic_target, self.cfg.gamma, b["obs"],
+                                   b["actions"], b["rewards"], b["terminated"], b["next_obs"], b["weights"], alpha)
+
+    def _compiled_update(self, b: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor | None]:
+        """`_update` through the compiled critic and actor losses (sac_compiled), same steps in the same order."""
+        alpha = self.log_alpha.detach().exp()
+        q_loss, td_abs, q_mean = self._critic_loss(b, alpha)
+        self._step(self.critic_optimizer, q_loss, self.critic)
+        self.critic_updates += 1
+        pi_loss, logp = self.actor_loss_fn(self.actor.net, self.critic, b["obs"], alpha)
+        self._step(self.actor_optimizer, pi_loss, self.actor)
+        alpha_loss = sac.temperature_loss(self.log_alpha, logp, self.entropy_target)
+        self._step(self.alpha_optimizer, alpha_loss, _Params(self.log_alpha))
+        self.last_actor_stats = {"actor_loss": float(pi_loss.detach()), "entropy": float(-logp.mean())}
+        self._soft_update_critic()
+        return {"critic_loss": float(q_loss.detach()), "alpha": float(alpha), "q_update_mean": float(q_mean),
+                **self.last_actor_stats}, td_abs
 
     @property
     def actor_delay(self) -> int:
@@ -50,6 +97,8 @@ class SACLearner(OffPolicyLearner):
         return sac.actor_loss(q_pi, logp, alpha)
 
     def _update(self, b: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor | None]:
+        if self.compiled:
+            return self._compiled_update(b)
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
             next_action, next_logp = self.actor.net(b["next_obs"])
