@@ -147,10 +147,16 @@ def test_suite_plans_replay_and_doom_only_with_vizdoom(monkeypatch: pytest.Monke
     envs, skipped = suite_envs(None)
     if find_spec("vizdoom") is not None:
         assert skipped is None and envs[-2:] == list(DOOM_ENVS)
+    if find_spec("envpool") is not None:  # EnvPool's Pong beside ale_py's
+        assert envs[:3] == ["atari_pong", "envpool:Pong-v5", "CartPole-v1"]
+        assert [s.settings.mode for s in plan(["envpool:Pong-v5"], False, BenchSettings())][:3] == [
+            "env_only", "sampler", "train"]
     monkeypatch.setitem(sys.modules, "vizdoom", None)  # `import vizdoom` now raises ImportError
+    monkeypatch.setitem(sys.modules, "envpool", None)  # and find_spec("envpool") is None
     envs, skipped = suite_envs(None)
     assert envs == ["atari_pong", "CartPole-v1"]
     assert skipped.startswith("doom_basic, doom_deathmatch_bots skipped: vizdoom does not import")
+    assert skipped.endswith("envpool:Pong-v5 skipped: pip install -e '.[envpool]' in the asyncrl checkout")
     assert "\n" not in skipped
     monkeypatch.undo()
     assert suite_envs("CartPole-v1") == (["CartPole-v1"], None)

@@ -32,6 +32,11 @@ QUICK_DOOM_MODES = ("env_only", "train")
 # Every game is an engine process of its own (with 7 bots in the deathmatch), so Doom runs the reference
 # 4 workers with 8 envs each (4 per split): 32 engines rather than 64, still one batch of 1024 in flight.
 DOOM_LAYOUT = {"envs_per_worker": 8}
+# EnvPool's Pong beside ale_py's (atari_pong), when the envpool extra is installed: the same game, 84x84 frames,
+# 4-frame stacks and frameskip 4, through envpool:. No naive row: the naive loop runs gymnasium ids and Atari only.
+ENVPOOL_ENV = "envpool:Pong-v5"
+ENVPOOL_MODES = ("env_only", "sampler", "train")
+QUICK_ENVPOOL_MODES = ("env_only", "train")
 # Seconds measured and windows per figure. The learner frees trajectory slots a batch at a time, so with
 # learning on the env-step count moves in steps of one batch: train windows must span several updates.
 QUICK = {"seconds": 9.0, "repeats": 3}  # 3 windows of 3 s after a 3 s warm-up
@@ -60,9 +65,18 @@ def vizdoom_missing() -> str | None:
     return None
 
 
+def envpool_missing() -> str | None:
+    """Why the EnvPool Pong rows cannot run (envpool is not installed), or None."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("envpool") else f"{ENVPOOL_ENV} skipped: {install_hint('envpool')}"
+
+
 def modes_for(env: str, quick: bool) -> tuple[str, ...]:
     if env.startswith("doom_"):
         return QUICK_DOOM_MODES if quick else DOOM_MODES
+    if env.startswith("envpool:"):
+        return QUICK_ENVPOOL_MODES if quick else ENVPOOL_MODES
     return ENV_MODES
 
 
@@ -261,15 +275,16 @@ def add_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def suite_envs(env: str | None, quick: bool = False) -> tuple[list[str], str | None]:
-    """The envs to measure (`env` alone, or the suite's, with Doom's when vizdoom imports) and why Doom is
-    skipped (None when it is not)."""
+    """The envs to measure (`env` alone, or the suite's, with EnvPool's Pong beside atari_pong when envpool is
+    installed and Doom's when vizdoom imports) and why any are skipped (None when none is)."""
     if env:
         return [env], None
     doom = QUICK_DOOM_ENVS if quick else DOOM_ENVS
+    pool = envpool_missing()
+    envs = [SUITE_ENVS[0], *([] if pool else [ENVPOOL_ENV]), *SUITE_ENVS[1:]]
     missing = vizdoom_missing()
-    if missing:
-        return list(SUITE_ENVS), f"{', '.join(doom)} skipped: {missing}"
-    return [*SUITE_ENVS, *doom], None
+    skipped = [f"{', '.join(doom)} skipped: {missing}"] if missing else []
+    return [*envs, *([] if missing else doom)], "; ".join([*skipped, *([pool] if pool else [])]) or None
 
 
 def run_suite(envs: list[str], quick: bool, base: BenchSettings, overrides: dict[str, Any] | None = None,

@@ -36,6 +36,7 @@ from asyncrl.envs.names import (
     GYMNAX_PREFIX,
     ISAACLAB_PREFIX,
     PETTINGZOO_PREFIX,
+    PLAYGROUND_PREFIX,
     is_mujoco,
 )
 
@@ -83,6 +84,8 @@ BACKENDS: list[Backend] = [
             options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
     Backend("envpool", lambda name: name.startswith(ENVPOOL_PREFIX), "asyncrl.envs.envpool_env",
             options=("env_kwargs", "workers", "worker_splits")),  # one synchronous EnvPool per worker split
+    Backend("playground", lambda name: name.startswith(PLAYGROUND_PREFIX), "asyncrl.envs.playground_env",
+            options=("env_kwargs",)),  # MuJoCo Playground's JAX envs, one jitted batch per worker split
     Backend("isaaclab", lambda name: name.startswith(ISAACLAB_PREFIX), "asyncrl.envs.isaaclab_env",
             options=("env_kwargs",)),  # Isaac Lab's torch vector envs, on their device
     Backend("pettingzoo", lambda name: name.startswith(PETTINGZOO_PREFIX), "asyncrl.envs.multi_agent",
