@@ -178,7 +178,9 @@ class Config:
     algo: str = field(default="appo", metadata={
         "help": "learning algorithm (asyncrl/agents/registry.py): appo, or off-policy sac, td3, redq (Box actions; "
                 "docs/off-policy.md)"})
-    batch_size: int = field(default=1024, metadata={"help": "samples per learner update"})
+    batch_size: int = field(default=1024, metadata={
+        "help": "samples per learner update (not given: the preset's, rounded up to whole trajectories of the envs "
+                "per split)"})
     epochs: int = ppo_setting(3, "passes over each batch")
     minibatches: int = ppo_setting(4, "optimizer steps per epoch")
     lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate"})

@@ -277,6 +277,8 @@ def resolve_settings(explicit: dict[str, Any], config_file: str | None = None) -
     check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
     if "lr" in explicit and "lr_base" not in explicit:
         merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
+    if saved is None and "batch_size" not in explicit:
+        merged.update(whole_trajectories(merged))
     if saved is None:  # a resumed run's config.json holds the rule it resolved
         merged.update(default_lr_rule(merged, explicit, preset))
     if saved is None and "envs_per_worker" not in explicit:
@@ -309,6 +311,22 @@ def agent_columns(settings: dict[str, Any], explicit: dict[str, Any],
         trajectory = per_split * rollout
         out["batch_size"] = -(-int(settings["batch_size"]) // trajectory) * trajectory
     return out
+
+
+def whole_trajectories(settings: dict[str, Any]) -> dict[str, Any]:
+    """--batch-size (not given) rounded up to whole trajectories of the envs per split whose env columns split into
+    the minibatches, as validate() requires: `--envs-per-worker 2048` needs no hand-computed batch. {} when it
+    already divides (or envs are automatic)."""
+    splits, rollout = max(1, int(settings["worker_splits"])), max(1, int(settings["rollout"]))
+    per_split = int(settings["envs_per_worker"]) // splits
+    batch = int(settings["batch_size"])
+    if per_split < 1 or batch < 1 or batch % (per_split * rollout) == 0:
+        return {}
+    count = -(-batch // (per_split * rollout))
+    minibatches = max(1, int(settings["minibatches"]))
+    while (count * per_split) % minibatches:  # a minibatch is a set of whole env columns
+        count += 1
+    return {"batch_size": count * per_split * rollout}
 
 
 def default_lr_rule(settings: dict[str, Any], explicit: dict[str, Any], preset: dict[str, Any]) -> dict[str, Any]:

@@ -66,3 +66,18 @@ def test_automatic_envs_per_worker_gives_a_valid_config(workers: int, batch_size
     cfg = Config(workers=workers, batch_size=batch_size, rollout=rollout, minibatches=1, envs_per_worker=0).resolve()
     assert cfg.envs_per_worker >= cfg.worker_splits
     cfg.validate()
+
+
+def test_a_batch_not_given_is_derived_as_whole_trajectories_that_split_into_minibatches() -> None:
+    """`--envs-per-worker 2048` needs no hand-computed --batch-size; a given one is still checked."""
+    from asyncrl.resolve import parse_config
+
+    cfg = parse_config(["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "2048"])
+    cfg.validate()
+    assert (cfg.batch_size, cfg.trajectories_per_batch) == (16 * 1024, 1)
+    cfg = parse_config(["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "6"])
+    cfg.validate()  # 3 envs a split: whole trajectories whose env columns divide into 4 minibatches
+    assert cfg.batch_size % (cfg.rollout * 3) == 0 and (cfg.trajectories_per_batch * 3) % cfg.minibatches == 0
+    assert cfg.batch_size >= Config(env="CartPole-v1").batch_size
+    with pytest.raises(ConfigError, match="try --batch-size 16384"):
+        parse_config(["--env", "CartPole-v1", "--envs-per-worker", "2048", "--batch-size", "1000"]).validate()

@@ -127,6 +127,28 @@ def test_tight_max_policy_lag_drops_and_counts_stale_samples(tmp_path: Path, rea
     assert lags and max(lags) == 0, lags  # the kept samples
 
 
+def test_a_batched_layout_waits_for_the_learner_instead_of_dropping_stale_samples(tmp_path: Path,
+                                                                                   reap: list[TrainRun]) -> None:
+    """Two workers of 2 x 256 VectorEnv CartPoles with no --batch-size: the batch is derived as one trajectory
+    (4,096 samples), so four splits in flight would make samples 4-5 updates old (the learner dropped 24-32% at
+    2 x 2,048 envs before the cap on slots in flight). The splits beyond the lag cap wait instead: nothing is
+    dropped, and the learner still trains every few hundred milliseconds."""
+    run = start_train(["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "512", "--report-interval", "1",
+                       "--device", "cpu", "--frames", "120000"], tmp_path / "train", "batched")
+    reap.append(run)
+    assert finish(run, 180) == 0, run.stdout()[-3000:] + run.stderr()
+    config = json.loads((run.run_dir / "config.json").read_text())
+    assert config["batch_size"] == 4096, config["batch_size"]  # rollout 16 x 256 envs per split, derived
+    records = run.records()
+    last = records[-1]
+    print(f"\nbatched layout: dropped_stale {last['dropped_stale']:,} of {last['env_steps']:,} env steps, "
+          f"version {last['policy_version']}")
+    assert last["policy_version"] >= 20, last
+    assert sum(r.get("dropped_stale", 0) for r in records) == 0, [r.get("dropped_stale") for r in records]
+    lags = [r["policy_lag_max"] for r in records if r.get("policy_lag_max") is not None]
+    assert lags and max(lags) <= config["max_policy_lag"], lags
+
+
 def test_sigterm_saves_a_final_checkpoint_of_the_last_version(tmp_path: Path, reap: list[TrainRun]) -> None:
     """With periodic checkpoints an hour apart, only the stop itself can have written one."""
     run = start_train([*SMALL, "--checkpoint-interval", "3600", "--seconds", "300"], tmp_path / "train", "term")

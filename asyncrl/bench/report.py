@@ -9,6 +9,10 @@ def _num(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def layout(r: dict[str, Any]) -> str:
     if r["mode"] == "naive":
         return f"{r['workers']} envs (1 process each)"
@@ -18,13 +22,13 @@ def layout(r: dict[str, Any]) -> str:
 
 
 def throughput_table(records: list[dict[str, Any]]) -> list[str]:
-    lines = ["| env | mode | workers x envs | agent steps/s | frames/s | windows (min-max) | limited by | CPU used "
-             "| load | device |", "|---|---|---|---:|---:|---|---|---:|---:|---|"]
+    lines = ["| env | mode | workers x envs | agent steps/s | frames/s | windows (min-max) | limited by | stale "
+             "| CPU used | load | device |", "|---|---|---|---:|---:|---|---|---:|---:|---:|---|"]
     for r in records:
         if r.get("scaling") or r["mode"] == "replay":
             continue
         if r.get("error"):
-            lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | | |")
+            lines.append(f"| {r['env']} | {r['mode']} | {layout(r)} | failed: {r['error']} | | | | | | | |")
             continue
         spread = f"{_num(r['sps_min'])}-{_num(r['sps_max'])} ({r['repeats']} x {r['window_s']:g} s)"
         cpu = (r.get("stages") or {}).get("cpu_run")
@@ -32,7 +36,9 @@ def throughput_table(records: list[dict[str, Any]]) -> list[str]:
         used = "-" if cpu is None else f"{cpu:.0f}%"
         mode = f"{r['mode']} ({r['label']})" if r.get("label") else r["mode"]
         lines.append(f"| {r['env']} | {mode} | {layout(r)} | {_num(r['sps'])} | {_num(r['fps'])} | {spread} "
-                     f"| {r.get('limited_by') or '-'} | {used} | {_num(load[0], '.1f')} | {r.get('device') or '-'} |")
+                     f"| {r.get('limited_by') or '-'} | {_share(r.get('stale_share'))} | {used} "
+                     f"| {_num(load[0], '.1f')} "
+                     f"| {r.get('device') or '-'} |")
     return lines
 
 

@@ -51,6 +51,15 @@ def mean_sps(warmup: dict[str, Any], last: dict[str, Any]) -> float | None:
     return round((last["env_steps"] - warmup["env_steps"]) / dt, 1) if dt > 0 else None
 
 
+def stale_share(warmup: dict[str, Any], windows: list[dict[str, Any]]) -> float | None:
+    """The share of the env steps sampled over the measurement that the learner dropped as too stale
+    (`--max-policy-lag`); None when the run reports no drops (an off-policy learner)."""
+    if not any("dropped_stale" in w for w in windows):
+        return None
+    steps = windows[-1]["env_steps"] - warmup["env_steps"]
+    return round(sum(w.get("dropped_stale", 0) for w in windows) / steps, 4) if steps > 0 else None
+
+
 def stage_keys(windows: list[dict[str, Any]]) -> list[str]:
     """The runner's stage-time fractions (`*_frac`), the mean inference batch and the CPU shares."""
     keys = dict.fromkeys(k for w in windows for k, v in w.items() if k.endswith("_frac") and not isinstance(v, dict))
@@ -115,6 +124,7 @@ def run_trainer(s: BenchSettings, remote: bool = False) -> dict[str, Any]:
             updates_per_s=median_of([w.get("learner_updates", 0) / s.window_s for w in windows])
             if s.mode == "train" else None,
             policy_lag_mean=median_of([w.get("policy_lag_mean") for w in windows]),
+            stale_share=stale_share(warmup, windows) if s.mode == "train" else None,
             startup_s=float(first_frames.group(1)) if first_frames else None,
             trainer_args=[*s.trainer_args(), "--report-interval", str(s.window_s)],
         )

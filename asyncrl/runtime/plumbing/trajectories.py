@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from asyncrl.config import Config
+from asyncrl.config import PPO_ONLY, Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.dict_obs import ArrayDict
 from asyncrl.shm import SharedArrays
@@ -39,6 +39,10 @@ STATE = "state/"  # the prefix of the actor's state arrays
 SPARE_SLOTS = 2
 
 
+# Updates a trajectory ages beyond its filling (its wait in the queue, the update in progress) that the cap on
+# slots in flight leaves room for (`local_in_flight`).
+LAG_MARGIN = 2
+
 REMOTE_IN_FLIGHT = 2  # calls a remote actor group may have out, each holding one slot per split of the group
 
 
@@ -52,9 +56,25 @@ def circulating_slots(cfg: Config) -> int:
 
 
 def local_slots(cfg: Config) -> int:
-    """One slot in flight per local split, plus one batch's worth queued for the learner (none without local
-    workers)."""
-    return cfg.num_splits + cfg.trajectories_per_batch if cfg.workers else 0
+    """The slots the local splits may fill at once (`local_in_flight`), plus one batch's worth queued for the
+    learner (none without local workers)."""
+    return local_in_flight(cfg) + cfg.trajectories_per_batch if cfg.workers else 0
+
+
+def local_in_flight(cfg: Config) -> int:
+    """How many local splits may hold a slot at once: every split, unless that would make APPO's samples older
+    than `--max-policy-lag` updates by the time the learner sees them.
+
+    A slot's oldest step is about (slots filled at once) / (trajectories per batch) updates old when it is
+    trained on, plus the one it waits in the queue and the update in progress. With many splits and a batch
+    of few trajectories (a VectorEnv of thousands of envs per split) that passes the cap, and the learner would
+    drop the surplus as stale; the splits without a slot wait instead (back-pressure: a rollout worker never
+    blocks while another of its splits holds a slot), and the machine's time goes to the learner.
+    """
+    splits, per_batch = cfg.num_splits, cfg.trajectories_per_batch
+    if cfg.deterministic or cfg.serial or cfg.algo not in PPO_ONLY:  # --serial steps its splits in turn
+        return splits
+    return min(splits, max((cfg.max_policy_lag - LAG_MARGIN) * per_batch, 1))
 
 
 def remote_slots(cfg: Config) -> int:

@@ -16,6 +16,7 @@ them and keeps its liveness:
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import NoReturn
 
 from asyncrl.config import Config
@@ -88,21 +89,23 @@ class RolloutGuard:
             time.sleep(0.05)
         raise SystemExit(0)
 
-    def idle(self) -> None:
-        """Called while waiting for actions: heartbeat, and re-send requests a dead policy worker lost."""
+    def idle(self, skip: Collection[int] = ()) -> None:
+        """Called while waiting for actions: heartbeat, and re-send requests a dead policy worker lost (not for
+        the splits in `skip`, which hold no slot)."""
         self.beat[self.worker] = time.monotonic()
-        self.check_policy_restarts()
+        self.check_policy_restarts(skip)
 
     def heartbeat(self) -> None:
         self.beat[self.worker] = time.monotonic()
 
-    def check_policy_restarts(self, skip: int = -1) -> None:
-        """If a policy worker was restarted since the last look, re-send every unanswered request."""
+    def check_policy_restarts(self, skip: Collection[int] = ()) -> None:
+        """If a policy worker was restarted since the last look, re-send every unanswered request (not for the
+        splits in `skip`, which hold no slot)."""
         if self.policy_epoch[0] == self.epoch:
             return
         self.epoch = int(self.policy_epoch[0])
         for split, slot in enumerate(self.stage.slots):
-            if split == skip:
+            if split in skip:
                 continue
             t = self.stage.steps[split]
             if self.acted[slot] == t:  # answered; only the wake-up may have been lost

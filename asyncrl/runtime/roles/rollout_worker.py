@@ -55,21 +55,22 @@ class RolloutWorker:
         self.stats.extend("episodes", [])
 
     def run(self) -> None:
-        for split in range(self.cfg.worker_splits):
-            slot = self._take_slot(lambda: get_or_stop(self.channels.free, self.channels, idle=self.guard.heartbeat))
-            if slot is None:
-                return self.stage.close()
-            self.guard.begin(split, slot)
+        self.waiting = list(range(self.cfg.worker_splits))  # splits without a slot, oldest first
+        self.unbegun = set(self.waiting)  # each starts on its first slot with a reset
+        if not self._resume_waiting():
+            return self.stage.close()
         queue, serving = self.channels.actions_ready[self.worker], False
         while True:
             t0 = time.monotonic()
-            split = get_or_stop(queue, self.channels, idle=self.guard.idle)
+            split = get_or_stop(queue, self.channels, idle=self._idle)
             if split is None:
                 break
             t1 = time.monotonic()
             if not serving:  # until the first actions arrive, the wait is the policy workers' start-up
                 self.stats.restart()
                 t0, serving = t1, True
+            if split in self.waiting:  # a re-sent wake-up of a split that has handed its slot over
+                continue
             slot, t = self.stage.slots[split], self.stage.steps[split]
             if self.acted[slot] != t:  # a stale or repeated wake-up: this step's actions are not written yet
                 continue
@@ -78,13 +79,23 @@ class RolloutWorker:
             except StageFatal as exc:
                 self.guard.fatal(str(exc), exc.exit_code)
             self._count(split, stepped, t1 - t0, time.monotonic() - t1)
-            if stepped.full and not self._hand_over(split):
+            if stepped.full:
+                self._hand_over(split)
+                self.guard.check_policy_restarts(skip=self.waiting)
+            else:
+                self.guard.request(split, slot, self.stage.steps[split])
+            if self.waiting and not self._resume_waiting():
                 break
-            self.guard.request(split, self.stage.slots[split], self.stage.steps[split])
             self.stats.maybe_report()
             self._tell_curricula()
         self.stats.maybe_report(force=True)  # the steps since the last report: the final record counts every step
         self.stage.close()
+
+    def _idle(self) -> None:
+        """While waiting for actions: the guard's heartbeat and re-sends, and a free slot for a waiting split."""
+        self.guard.idle(skip=self.waiting)
+        if self.waiting:
+            self._resume_waiting()
 
     def _count(self, split: int, stepped: Stepped, t_wait: float, t_env: float) -> None:
         stats = self.stats
@@ -109,29 +120,54 @@ class RolloutWorker:
         if played is not None:  # who played each: the map before this step's episode starts redraw it
             self.stats.extend("episode_policies", played)
 
-    def _hand_over(self, split: int) -> bool:
-        """The split's slot is full: to the learner, and a free one continues the trajectory; False once stopping."""
+    def _hand_over(self, split: int) -> None:
+        """The split's slot is full: to the learner; the split waits for a free slot to continue in."""
         if self.cfg.deterministic:  # the runner counts these steps before the learner's report on them
             self.stats.maybe_report(force=True)
         slot = self.stage.hand_over(split)
         self.transit[self.worker] = slot  # handing over: ownership cleared, not yet queued
         self.owner[slot] = self.guard.want[slot] = NO_OWNER  # no request for this slot may be served from now on
         self.channels.full.put(slot)  # from here on the slot is the learner's: no more reads or writes
-        new_slot = self._take_slot(self._wait_for_free_slot)
-        if new_slot is None:
-            return False
-        self.acted[new_slot] = NO_OWNER
-        self.stage.take_over(split, new_slot)
-        self.guard.check_policy_restarts(skip=split)
+        self.transit[self.worker] = NO_TRANSIT
+        self.waiting.append(split)
+
+    def _resume_waiting(self) -> bool:
+        """Give waiting splits the free slots there are, without blocking while another split holds a slot (its
+        trajectory would age, and with few slots every worker could wait on the others); when every split
+        waits, block for one. False once stopping.
+
+        The slots bound how many splits fill at once (`local_in_flight`): a split without one waits here
+        rather than outrunning the learner's lag cap."""
+        while self.waiting:
+            all_wait = len(self.waiting) == self.cfg.worker_splits
+            slot = self._take_slot(self._wait_for_free_slot if all_wait else self._free_slot_now)
+            if slot is None:
+                return not self.channels.stopping
+            split = self.waiting.pop(0)
+            if split in self.unbegun:  # reset its envs into the slot's first row
+                self.unbegun.discard(split)
+                self.guard.begin(split, slot)
+                continue
+            self.acted[slot] = NO_OWNER
+            self.stage.take_over(split, slot)
+            self.guard.request(split, slot, 0)
         return True
 
     def _take_slot(self, take) -> int | None:
-        """A free slot recorded as this worker's (the transit record covers the take); None once stopping."""
+        """A free slot recorded as this worker's (the transit record covers the take); None if there was none
+        (or once stopping)."""
         self.transit[self.worker] = TAKING
         slot = take()
         if slot is not None:
-            self.owner[slot], self.transit[self.worker] = self.worker, NO_TRANSIT
+            self.owner[slot] = self.worker
+        self.transit[self.worker] = NO_TRANSIT
         return slot
+
+    def _free_slot_now(self) -> int | None:
+        try:
+            return self.channels.free.get(block=False)
+        except Empty:
+            return None
 
     def _wait_for_free_slot(self) -> int | None:
         """Block until the learner frees a slot (back-pressure), still reporting, the wait counted as it goes (an
