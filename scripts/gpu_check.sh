@@ -11,6 +11,8 @@
 #   --out DIR         run dirs, logs and gpu_check.txt (default /tmp/asyncrl-gpu-check, emptied first)
 #   --cpu-rehearsal   every path on the CPU, shorter and smaller: checks this script's own plumbing without a GPU
 #   --dry-run         print the plan (each path and its command) and run nothing
+#   --compile-rows    only the --compile rows (eager / compile / compile + CUDA graphs / bf16-all, on Pong and on
+#                     4,096 batched CartPole envs: docs/performance.md, "Compiled steps"), at most 12 minutes
 # Without a CUDA device (and without --cpu-rehearsal) every CUDA path prints SKIP and the script exits 0.
 # Exit code: 1 if any path failed, 0 otherwise.
 set -uo pipefail
@@ -21,6 +23,7 @@ PY="python3"
 OUT="/tmp/asyncrl-gpu-check"
 REHEARSAL=0
 DRY=0
+COMPILE_ROWS=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) WHEELS="$2"; shift 2 ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --cpu-rehearsal) REHEARSAL=1; shift ;;
         --dry-run) DRY=1; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --compile-rows) COMPILE_ROWS=1; shift ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -93,7 +97,9 @@ fi
 if [ "$CUDA" = 0 ] && [ "$REHEARSAL" = 0 ]; then
     for path in cartpole-appo resume load-policy-cuda load-policy-no-gpu enjoy-cuda enjoy-no-gpu-auto \
                 export-torchscript-no-gpu export-onnx notebook-refused notebook-nvml-trains cuda-tensors sac-per \
-                pong-fps-default pong-fps-1-learner-thread pong-bf16 remote-cpu-actors nccl-2-ranks; do
+                pong-fps-default pong-fps-1-learner-thread pong-bf16 remote-cpu-actors nccl-2-ranks \
+                pong-eager pong-compile pong-cudagraphs pong-bf16-all cartpole-4096-eager cartpole-4096-compile \
+                cartpole-4096-cudagraphs cartpole-4096-bf16-all; do
         say SKIP "$path" "no CUDA device here (--cpu-rehearsal runs the paths on the CPU)"
     done
     exit 0
@@ -151,6 +157,47 @@ check() {  # NAME ESTIMATE_S TIMEOUT_S ENV COMMAND...: PASS with the command's l
         say FAIL "$name" "exit $?: $(tail -1 "$OUT/$name.log" | cut -c1-200) (see $OUT/$name.log)"
     fi
 }
+
+# --compile (docs/performance.md, "Compiled steps"): the same command eager, compiled, compiled with CUDA graphs,
+# and compiled in bf16 (autocast over the whole forward), on Pong and on 4,096 batched CartPole envs; each row
+# says its first-frames time and its compile times beside the frames/s
+compile_rows() {
+    local cart=(--env CartPole-v1 --workers 2 --envs-per-worker 2048 --rollout 16 --batch-size 65536 --minibatches 4)
+    [ "$REHEARSAL" = 1 ] && cart=(--env CartPole-v1 --workers 2 --envs-per-worker 256 --rollout 16 --batch-size 8192 --minibatches 4)
+    local arm flags
+    for arm in eager compile cudagraphs bf16-all; do
+        case "$arm" in
+            eager) flags=() ;;
+            compile) flags=(--compile all) ;;
+            cudagraphs) flags=(--compile all --compile-mode reduce-overhead) ;;
+            bf16-all) flags=(--compile all --precision bf16-all) ;;
+        esac
+        if [ "$REHEARSAL" = 1 ] && [ "$arm" = cudagraphs ]; then
+            say SKIP pong-cudagraphs "CUDA graphs need a GPU"; say SKIP cartpole-4096-cudagraphs "CUDA graphs need a GPU"
+            continue
+        fi
+        train "pong-$arm" $((T_PONG + 40)) 180 -- --env atari_pong --device "$DEV" --workers "$PONG_WORKERS" \
+            "${PONG_LAYOUT[@]}" "${flags[@]}" --seconds $((T_PONG + 10)) --checkpoint-interval 1000
+        compile_note "pong-$arm"
+        train "cartpole-4096-$arm" $((T_CART + 40)) 180 -- "${cart[@]}" --device "$DEV" "${flags[@]}" \
+            --seconds $((T_CART + 10)) --checkpoint-interval 1000
+        compile_note "cartpole-4096-$arm"
+    done
+}
+
+compile_note() {  # NAME: the run's first-frames and compile times, from its log
+    [ "$DRY" = 1 ] || [ ! -f "$OUT/$1.log" ] && return 0
+    say INFO "$1" "$(grep -oE 'first frames [0-9.]+ s after start|compiled in [0-9.]+ s' "$OUT/$1.log" | paste -sd ';' -)"
+}
+
+if [ "$COMPILE_ROWS" = 1 ]; then
+    BUDGET_S="${GPU_CHECK_BUDGET_S:-720}"
+    compile_rows
+    [ "$DRY" = 1 ] && exit 0
+    echo "gpu_check.sh --compile-rows: $(grep -c '^PASS' "$RESULTS") passed, $FAILS failed in $(( $(date +%s) - START )) s; lines in $RESULTS"
+    [ "$FAILS" = 0 ]
+    exit
+fi
 
 # ----- the paths -----
 CART="$OUT/runs/cartpole-appo"
@@ -284,6 +331,8 @@ else
     check nccl-2-ranks 70 150 "" "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 -m asyncrl.train \
         --env CartPole-v1 --device cuda --normalize-obs --normalize-returns --seconds 40 --train-dir "$OUT/runs" --experiment nccl
 fi
+
+compile_rows  # last: they SKIP once the budget is spent (--compile-rows runs them alone)
 
 [ "$DRY" = 1 ] && exit 0
 echo "gpu_check.sh: $(grep -c '^PASS' "$RESULTS") passed, $FAILS failed, $(grep -c '^SKIP' "$RESULTS") skipped in $(( $(date +%s) - START )) s; lines in $RESULTS"
