@@ -27,7 +27,7 @@ SKIPS: list[tuple[str, str]] = [
     (r"^tensorboard ", "a server that runs until stopped"),
     (r"^scripts/soak\.sh", "a soak run of minutes to hours"),
     (r"^scripts/(fetch_gpu_wheels|gpu_check)\.sh", "the CUDA check's scripts: run on a GPU machine"),
-    (r"^python benchmarks/envpool_vs_gym\.py", "needs envpool, which is not installed"),
+    (r"^python benchmarks/envpool_vs_gym\.py", "an env-only benchmark of minutes, not a recipe"),
     (r"^asyncrl-sweep sweep\.yaml --concurrent", "six training runs; the --dry-run line beside it runs here"),
     (r"^(\.venv/bin/python |python )?examples/", "an example: tests/test_examples.py runs each with a tiny budget"),
     (r"^ray start\b", "starts a Ray node that runs until stopped; tests/test_remote_actors.py starts a cluster"),

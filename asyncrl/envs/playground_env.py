@@ -10,7 +10,8 @@ episode ended (`lax.cond`). `action_repeat` from the config repeats each action,
 
 Observations: the env's observation vector; where it gives a dict (the locomotion tasks' "state" and
 "privileged_state"), the policy's "state". Actions: a Box in [-1, 1]. `--env-kwargs` set fields of the env's
-config (`registry.get_default_config`), e.g. `{"impl": "jax"}` for MJX's JAX implementation instead of Warp's.
+config (`registry.get_default_config`), e.g. `{"impl": "warp"}`: on the CPU MJX's JAX implementation is the
+default here (Playground's is Warp, far slower on a CPU), on a GPU Playground's own.
 
 Processes: as for gymnax, JAX must not start in the process that forks the workers, so the spaces are read in a
 fresh process (kept in asyncrl's cache directory, `gymnax_env.cache_dir`) and the envs are made in the workers;
@@ -66,6 +67,8 @@ def _load(env_name: str, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
         raise EnvError(f"unknown MuJoCo Playground env {env_name!r}{hint} ({len(names)} envs in "
                        f"mujoco_playground.registry.ALL_ENVS)")
     config = registry.get_default_config(env_name)
+    if "impl" in config and "impl" not in env_kwargs and _modules()[0].default_backend() == "cpu":
+        config["impl"] = "jax"  # MJX's JAX implementation: 13x Warp's steps/s on this CPU (docs/env-backends.md)
     unknown = sorted(set(env_kwargs) - set(config.keys()))
     if unknown:
         raise EnvError(f"--env-kwargs {', '.join(unknown)}: not in {env_name}'s config (it has "
