@@ -9,6 +9,7 @@ random one; a bar of the random mean plus 2 standard errors was passed by SAC's 
 
     nice -n 19 .venv/bin/python scripts/envpool_check.py procgen_bigfish            # one case
     nice -n 19 .venv/bin/python scripts/envpool_check.py dmc_sac dmc_appo --seed 1
+    .venv/bin/python scripts/envpool_check.py --spaces    # every EnvPool id described: how many, the refusals
 
 Exit code 1 unless every case learned. Run one at a time on a shared machine (each uses every core it is given).
 """
@@ -63,6 +64,35 @@ def random_returns(env: str, episodes: int, seed: int = 0) -> np.ndarray:
     return np.array(done[:episodes])
 
 
+def spaces() -> int:
+    """Describe every id `envpool.list_all_envs()` lists through asyncrl (no pool made): the count that works per
+    EnvPool family, and each distinct refusal (its one line) with how many ids it refused and one of them."""
+    import collections
+    import warnings
+
+    from asyncrl.envs.base import EnvError
+    from asyncrl.envs.envpool_env import envpool_module
+    from asyncrl.envs.registry import make_env_spec
+
+    warnings.simplefilter("ignore")
+    envpool = envpool_module()
+    ok: collections.Counter[str] = collections.Counter()
+    refused: collections.Counter[str] = collections.Counter()
+    example: dict[str, str] = {}
+    for task in envpool.list_all_envs():
+        try:
+            make_env_spec("envpool:" + task)
+            ok[envpool.registration.registry.specs[task][0]] += 1
+        except EnvError as e:
+            why = str(e).replace(task, "<id>").split(";")[0]
+            refused[why] += 1
+            example.setdefault(why, task)
+    print(f"{sum(ok.values())} of {sum(ok.values()) + sum(refused.values())} ids described: {dict(ok)}")
+    for why, count in refused.most_common():
+        print(f"{count} refused ({example[why]}): {why}")
+    return 0
+
+
 def train(case: str, args: list[str], seed: int, train_dir: str) -> tuple[list[dict], float]:
     """Run one case; its metrics records ([] if it failed, said on stderr) and its wall time."""
     cmd = [TRAIN, *args, "--seed", str(seed), "--train-dir", train_dir, "--experiment", case]
@@ -79,10 +109,13 @@ def train(case: str, args: list[str], seed: int, train_dir: str) -> tuple[list[d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cases", nargs="+", choices=sorted(CASES))
+    parser.add_argument("cases", nargs="*", choices=sorted(CASES))
+    parser.add_argument("--spaces", action="store_true", help="describe every EnvPool id instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random-episodes", type=int, default=32)
     opts = parser.parse_args()
+    if opts.spaces:
+        return spaces()
     learned = True
     for case in opts.cases:
         args = CASES[case]

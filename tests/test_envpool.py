@@ -99,6 +99,18 @@ def test_bad_envpool_names_and_kwargs_are_one_line() -> None:
         make_env_spec("envpool:CheetaRun-v1")
     with pytest.raises(EnvError, match="asyncrl sets num_envs"):
         make_env_spec("envpool:Pong-v5", env_kwargs={"num_envs": 3})
+    with pytest.raises(EnvError, match="'Go9x9-v1' has 2 players an env; the envpool: backend runs single-player"):
+        make_env_spec("envpool:Go9x9-v1")
+
+
+def test_a_dict_with_discrete_entries_is_one_vector() -> None:
+    """MiniGrid: direction Discrete(4), a 7x7x3 grid and the mission's 96 bytes: 1 + 147 + 96 floats."""
+    env = make_vec_env("envpool:MiniGrid-Empty-5x5-v0", 2)
+    assert env.spec.obs_shape == (244,) and env.spec.obs_dtype == np.float32
+    obs = np.full((2, 244), -1.0, np.float32)
+    env.reset(0, obs)
+    assert obs[:, 0].min() >= 0 and obs[:, 0].max() <= 3 and (obs >= 0).all() and obs[:, 1:148].any()
+    env.close()
 
 
 def test_unknown_task_exits_2_and_a_missing_extra_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,8 +15,9 @@ envs; EnvPool's own thread pinning stays off. Seeds: EnvPool takes its seed when
 with a new seed makes the pool again (env i gets seed + i).
 
 Observations: Box observations as EnvPool gives them (Atari's and Procgen's frames are channels first already);
-a Dict of vectors and scalars (DeepMind Control, Playground-in-EnvPool) is flattened into one float32 vector, its
-keys in EnvPool's order (`flat_keys`); any other Dict is kept as a Dict observation.
+a Dict without images (DeepMind Control, MiniGrid, Jumanji, Playground-in-EnvPool; nested Dicts, Discrete and
+MultiBinary entries too) and a Discrete or MultiBinary observation alone are flattened into one float32 vector,
+the keys in EnvPool's order (`flat_keys`; a Discrete as its index); a Dict with an image is kept as a Dict.
 
 Processes: importing envpool imports JAX for its XLA interface, and a process that forks asyncrl's workers must
 not have imported JAX (`asyncrl.fork_safety`). This module imports envpool with JAX kept out (the XLA interface
@@ -37,7 +38,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from asyncrl.envs.base import EnvError, EnvSpec, EpisodeTracker, VecEnv
+from asyncrl.envs.base import MIN_CNN_FRAME, EnvError, EnvSpec, EpisodeTracker, VecEnv
 from asyncrl.envs.dict_obs import ArrayDict
 from asyncrl.envs.gym_env import spaces_env_spec
 from asyncrl.envs.names import ENVPOOL_PREFIX
@@ -97,22 +98,43 @@ def split_threads(num_envs: int, workers: int, worker_splits: int, cpus: int | N
     return max(1, min(num_envs, share))
 
 
-def flat_keys(space: gym.spaces.Space) -> tuple[tuple[str, int], ...]:
-    """(key, width) of each entry of a Dict of vector and scalar Boxes, flattened in order; () for any other space."""
-    if not isinstance(space, gym.spaces.Dict):
+Leaf = tuple[tuple[str, ...], int]  # (the keys down to one array of a Dict observation, its width flattened)
+
+
+def flat_keys(space: gym.spaces.Space) -> tuple[Leaf, ...]:
+    """The leaves of an observation space that asyncrl takes as one float32 vector, in order: a Dict (nested
+    Dicts too) of Boxes, Discretes, MultiDiscretes and MultiBinaries, or one Discrete or MultiBinary alone;
+    () for a Box (kept as it is) and for a Dict with an image (kept as a Dict: the CNN reads it)."""
+    if isinstance(space, gym.spaces.Box):
         return ()
-    parts = []
-    for key, sub in space.spaces.items():
-        if not (isinstance(sub, gym.spaces.Box) and len(sub.shape) <= 1):
-            return ()
-        parts.append((str(key), int(np.prod(sub.shape, dtype=np.int64))))
-    return tuple(parts)
+    leaves: list[Leaf] = []
+
+    def walk(sub: gym.spaces.Space, path: tuple[str, ...]) -> bool:
+        if isinstance(sub, gym.spaces.Dict):
+            return all(walk(s, (*path, str(k))) for k, s in sub.spaces.items())
+        if isinstance(sub, gym.spaces.Box) and len(sub.shape) == 3 and min(sub.shape[:2]) >= MIN_CNN_FRAME:
+            return False  # an image
+        if isinstance(sub, gym.spaces.Discrete):
+            leaves.append((path, 1))
+            return True
+        if isinstance(sub, gym.spaces.Box | gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+            leaves.append((path, int(np.prod(sub.shape, dtype=np.int64))))
+            return True
+        return False
+
+    return tuple(leaves) if walk(space, ()) else ()
 
 
-def flat_space(space: gym.spaces.Dict) -> gym.spaces.Box:
-    """One float32 vector holding a Dict of vectors and scalars."""
+def flat_space(space: gym.spaces.Space) -> gym.spaces.Box:
+    """One float32 vector holding every leaf of `space` (`flat_keys`)."""
     width = sum(w for _, w in flat_keys(space))
     return gym.spaces.Box(-np.inf, np.inf, (width,), dtype=np.float32)
+
+
+def _leaf(obs: Any, path: tuple[str, ...]) -> np.ndarray:
+    for key in path:
+        obs = obs[key]
+    return np.asarray(obs)
 
 
 @contextlib.contextmanager
@@ -131,6 +153,10 @@ def _spec(name: str, task: str, kwargs: dict[str, Any]) -> EnvSpec:
     except (AssertionError, TypeError, ValueError, RuntimeError) as e:
         raise EnvError(f"cannot make EnvPool task {task!r} with --env-kwargs {kwargs}: {type(e).__name__}: "
                        f"{(str(e).splitlines() or [''])[0]}") from None
+    players = int(getattr(made.config, "max_num_players", 1))
+    if players > 1:  # its pools return a row per player, not per env
+        raise EnvError(f"EnvPool task {task!r} has {players} players an env; the envpool: backend runs "
+                       f"single-player tasks (multi-agent envs: pettingzoo:<family>.<env>, docs/populations.md)")
     obs, act = made.gymnasium_observation_space, made.gymnasium_action_space
     if flat_keys(obs):
         obs = flat_space(obs)
@@ -179,8 +205,8 @@ class EnvPoolVecEnv(VectorVecEnv):
         if not self._flat:
             return super()._write(out, obs)
         at = 0
-        for key, width in self._flat:
-            out[:, at:at + width] = obs[key].reshape(self.num_envs, width)
+        for path, width in self._flat:
+            out[:, at:at + width] = _leaf(obs, path).reshape(self.num_envs, width)
             at += width
         return None
 
@@ -188,8 +214,8 @@ class EnvPoolVecEnv(VectorVecEnv):
         if not self._flat:
             return super()._write_rows(out, rows, obs, what)
         at = 0
-        for key, width in self._flat:
-            out[rows, at:at + width] = obs[key][rows].reshape(len(rows), width)
+        for path, width in self._flat:
+            out[rows, at:at + width] = _leaf(obs, path)[rows].reshape(len(rows), width)
             at += width
         return None
 
