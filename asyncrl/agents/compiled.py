@@ -35,6 +35,10 @@ def prepare_compiler() -> None:
     os.environ.setdefault(CACHE_ENV, cache_dir())
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     import torch._dynamo
+    import torch._inductor.config
+
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:  # no pool of compile subprocesses in every process
+        torch._inductor.config.compile_threads = 1  # (each imports torch: seconds of start-up, cache hit or not)
 
     config = torch._dynamo.config
     config.allow_rnn = True  # the recurrent cores' weights live in torch RNN modules (their cells are traced)
