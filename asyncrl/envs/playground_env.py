@@ -165,13 +165,16 @@ class PlaygroundVectorEnv(gym.vector.VectorEnv):
         repeat = int(config.get("action_repeat", 1) or 1)
         v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
 
+        def strong(tree: Any) -> Any:  # one dtype per state leaf whatever made it (reset or step): one compile
+            return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+
         def observe(state: Any) -> Any:
             obs = state.obs["state"] if isinstance(state.obs, dict) else state.obs
             return obs.astype(jnp.float32)
 
         def reset(key: Any) -> tuple[Any, ...]:
             key, sub = jax.random.split(key)
-            state = v_reset(jax.random.split(sub, n))
+            state = strong(v_reset(jax.random.split(sub, n)))
             return key, (state, jnp.zeros(n, jnp.int32)), observe(state)
 
         def step(key: Any, carry: tuple[Any, Any], action: Any) -> tuple[Any, ...]:
@@ -185,7 +188,8 @@ class PlaygroundVectorEnv(gym.vector.VectorEnv):
             truncated = (t >= limit) & ~terminated
             done = terminated | truncated
             key, sub = jax.random.split(key)
-            fresh = jax.lax.cond(done.any(), lambda: v_reset(jax.random.split(sub, n)), lambda: state)
+            state = strong(state)
+            fresh = jax.lax.cond(done.any(), lambda: strong(v_reset(jax.random.split(sub, n))), lambda: state)
 
             def pick(new: Any, old: Any) -> Any:  # per env; a leaf without a row per env (empty) stays
                 if jnp.ndim(old) == 0 or jnp.shape(old)[0] != n:
@@ -194,7 +198,7 @@ class PlaygroundVectorEnv(gym.vector.VectorEnv):
 
             final = observe(state)
             state = jax.tree.map(pick, fresh, state)
-            return key, (state, jnp.where(done, 0, t)), observe(state), final, reward, terminated, truncated
+            return key, (strong(state), jnp.where(done, 0, t)), observe(state), final, reward, terminated, truncated
 
         self._reset, self._step = jax.jit(reset), jax.jit(step)
 
