@@ -83,7 +83,8 @@ def main() -> int:
     if opts.what == "envpool-async":
         envpool_async("Pong-v5", opts.envs, opts.threads, opts.seconds)
         return 0
-    if opts.what == "playground":  # Playground's two MJX implementations, and the cart-pole beside the cheetah
+    if opts.what == "playground":  # Playground's two MJX implementations; gymnasium's MuJoCo cart-pole beside them
+        through_asyncrl("InvertedPendulum-v5", opts.envs, opts.seconds)
         for name in ("playground:CartpoleBalance", "playground:CheetahRun"):
             for impl in ("warp", "jax"):
                 through_asyncrl(name, opts.envs, opts.seconds, impl=impl)
