@@ -4,8 +4,9 @@ docs/results.md's figures for issue 56.
 Each case is one `asyncrl-train` command (printed before it runs). The random baseline is the mean return of
 `--random-episodes` episodes of uniformly random actions through the same asyncrl backend (its VecEnv, no
 training). A run is judged by the best `episode_return_mean` it reported (the last 100 episodes) after its first
-record: it learned when that is above the best of the random episodes (a mean of 100 episodes above every single
-random one; a bar of the random mean plus 2 standard errors was passed by SAC's own random warm-up episodes).
+record: it learned when that is above both the random mean plus 2 standard errors of the random episodes and the
+run's own first scored record (its untrained policy: SAC's first episodes, played by its initial policy before any
+update, scored 5.48 on CheetahRun-v1 where uniform random actions scored 3.59 +- 0.24).
 
     nice -n 19 .venv/bin/python scripts/envpool_check.py procgen_bigfish            # one case
     nice -n 19 .venv/bin/python scripts/envpool_check.py dmc_sac dmc_appo --seed 1
@@ -31,15 +32,17 @@ TRAIN = str(ROOT / ".venv" / "bin" / "asyncrl-train")
 
 CASES: dict[str, list[str]] = {
     # Procgen's BigFish (easy): IMPALA's residual encoder on EnvPool's 64x64 frames
-    "procgen_bigfish": ["--env", "envpool:BigfishEasy-v0", "--encoder", "impala", "--frames", "500000"],
+    # (a budget of 10 minutes' wall clock: its frames depend on the machine's load)
+    "procgen_bigfish": ["--env", "envpool:BigfishEasy-v0", "--encoder", "impala", "--seconds", "600"],
     # DeepMind Control's cheetah running, its Dict observation flattened to 17 floats
     "dmc_sac": ["--env", "envpool:CheetahRun-v1", "--algo", "sac", "--frames", "40000"],
     "dmc_appo": ["--env", "envpool:CheetahRun-v1", "--normalize-obs", "--normalize-returns", "--rollout", "64",
                  "--epochs", "10", "--minibatches", "8", "--lr", "3e-4", "--value-coeff", "0.5",
                  "--envs-per-worker", "16", "--frames", "1000000"],
-    # MuJoCo Playground's cart-pole balance (JAX on the CPU)
+    # MuJoCo Playground's cart-pole balance (MJX's JAX implementation on the CPU), dmc_appo's settings
     "playground_cartpole": ["--env", "playground:CartpoleBalance", "--workers", "1", "--envs-per-worker", "32",
-                            "--frames", "400000"],
+                            "--normalize-obs", "--normalize-returns", "--rollout", "64", "--epochs", "10",
+                            "--minibatches", "8", "--lr", "3e-4", "--value-coeff", "0.5", "--frames", "600000"],
 }
 
 
@@ -121,21 +124,23 @@ def main() -> int:
         args = CASES[case]
         env = args[args.index("--env") + 1]
         rand = random_returns(env, opts.random_episodes, opts.seed)
-        bar = rand.max()
+        se = rand.std(ddof=1) / np.sqrt(len(rand))
         with tempfile.TemporaryDirectory(prefix="envpool-check-") as tmp:
             records, wall = train(case, args, opts.seed, tmp)
-        scored = [r for r in records[1:] if r.get("episode_return_mean") is not None]
-        best = max(scored, key=lambda r: r["episode_return_mean"]) if scored else None
-        ok = best is not None and best["episode_return_mean"] > bar
-        learned &= ok
-        if not records:
+        scored = [r for r in records if r.get("episode_return_mean") is not None]
+        if not scored:
             learned = False
+            print(f"{case}: no episode finished", flush=True)
             continue
+        first, best = scored[0], max(scored, key=lambda r: r["episode_return_mean"])
+        bar = max(rand.mean() + 2 * se, first["episode_return_mean"])
+        ok = best["episode_return_mean"] > bar
+        learned &= ok
         last = records[-1]
-        print(f"{case}: random {rand.mean():.2f} +- {rand.std(ddof=1) / np.sqrt(len(rand)):.2f}, best {bar:.2f} "
-              f"({len(rand)} episodes); trained best {best['episode_return_mean'] if best else float('nan'):.2f} "
-              f"at {best['env_steps'] if best else 0:,} env steps, last {last.get('episode_return_mean')} at "
-              f"{last['env_steps']:,} env steps, {wall:.0f} s -> {'learned' if ok else 'NOT above random'}",
+        print(f"{case}: random {rand.mean():.2f} +- {se:.2f} ({len(rand)} episodes); first record "
+              f"{first['episode_return_mean']:.2f} at {first['env_steps']:,} env steps; best "
+              f"{best['episode_return_mean']:.2f} at {best['env_steps']:,}; last {last.get('episode_return_mean')} "
+              f"at {last['env_steps']:,} env steps, {wall:.0f} s -> {'learned' if ok else 'NOT above random'}",
               flush=True)
     return 0 if learned else 1
 
