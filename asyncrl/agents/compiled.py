@@ -1,9 +1,10 @@
 """torch.compile for the hot paths (`--compile`): the on-disk cache, one way to compile, and the failure message.
 
 Every compiled function is whole-graph (`fullgraph=True`): a graph break is an error at the first call, never
-a silent fallback to eager. Shapes are static (`dynamic=False`): the policy workers pad requests to a few fixed
-sizes (`asyncrl.agents.compiled_acting`), the learners' minibatches have one shape. Inductor's artefacts (its
-FX graph cache) go to `cache_dir()`, so a second run or a resume reloads them instead of compiling again.
+a silent fallback to eager. The learners' minibatches have one shape (static); the policy workers pad requests
+to a few sizes and compile one graph with the row count dynamic (`asyncrl.agents.compiled_acting`). Inductor's
+artefacts (its FX graph cache) go to `cache_dir()`, so a second run or a resume reloads them instead of compiling
+again.
 Importing this module does not import torch's compiler; `compile_fn` does, only when a run compiles.
 """
 
@@ -47,11 +48,13 @@ def prepare_compiler() -> None:
             setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
 
 
-def compile_fn(fn: Callable, mode: str = "default", backend: str | Callable = "inductor") -> Callable:
-    """`fn` compiled whole-graph with static shapes; `mode` is --compile-mode ("default" passes none); tests pass
-    a cheaper `backend` (aot_eager, or a counting one)."""
+def compile_fn(fn: Callable, mode: str = "default", backend: str | Callable = "inductor",
+               dynamic: bool | None = False) -> Callable:
+    """`fn` compiled whole-graph, with static shapes unless `dynamic` is None (then the dimensions the caller
+    marks dynamic are); `mode` is --compile-mode ("default" passes none); tests pass a cheaper `backend`
+    (aot_eager, or a counting one)."""
     prepare_compiler()
-    options: dict[str, Any] = {"fullgraph": True, "dynamic": False, "backend": backend}
+    options: dict[str, Any] = {"fullgraph": True, "dynamic": dynamic, "backend": backend}
     if backend == "inductor" and mode != "default":
         options["mode"] = mode
     return torch.compile(fn, **options)

@@ -2,10 +2,12 @@
 
 A policy worker's request is a whole number of worker splits (1 to `max_splits` of `rows_per_split` rows). The
 compiled act sees only the sizes `bucket_sizes` lists (the splits' count rounded up to a power of two, capped
-at the most a worker takes), so it compiles a handful of static graphs at start-up (`warm_up`, a progress line)
-and never again while sampling; rows past the request are zeros and are dropped from the result. Sampled
-actions come from the compiled graph's own random stream (same distribution as eager, other draws); greedy ones
-are the eager model's. A recurrent core steps through its cell (`RecurrentCore.cell_step`).
+at the most a worker takes); rows past the request are zeros and are dropped from the result. Its graph is
+compiled once, at start-up (`warm_up`, a progress line), with the row count dynamic: one compile serves every
+size (a Nature CNN compiled per size took minutes on 2 busy cores), and CUDA graphs (`--compile-mode
+reduce-overhead`) record one graph per padded size. Sampled actions come from the compiled graph's own random
+stream (the eager distribution, other draws); greedy ones are eager's. A recurrent core steps through its cell
+(`RecurrentCore.cell_step`).
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ class CompiledActor:
         self.model, self.spec, self.dtype = model, spec, dtype
         self.eager = published_actor(model)  # the state half of the contract
         self.sizes = bucket_sizes(rows_per_split, max_splits)
-        self.compiled: Callable = compile_fn(pure_act, mode, backend)
+        self.compiled: Callable = compile_fn(pure_act, mode, backend, dynamic=None)
         device = model.policy_head.weight.device
         self.no_first = {size: torch.zeros(size, dtype=torch.bool, device=device) for size in self.sizes}
+        self.dynamic_rows = False  # the batch dimension marked dynamic yet (one graph for every padded size)
 
     def state_layout(self):  # type: ignore[no-untyped-def]
         return self.eager.state_layout()
@@ -87,10 +90,13 @@ class CompiledActor:
         size = self.size_for(n)
         padded_first = self.no_first[size] if first is None and size in self.no_first else (
             _pad(first.bool(), size) if first is not None else torch.zeros(size, dtype=torch.bool))
+        obs, state = map_obs(obs, lambda x: _pad(x, size)), {k: _pad(v, size) for k, v in state.items()}
+        if not self.dynamic_rows:  # the first call compiles for any row count (a size of 1 stays specialised)
+            for x in (*(obs.values() if isinstance(obs, dict) else (obs,)), *state.values(), padded_first):
+                torch._dynamo.maybe_mark_dynamic(x, 0)
+            self.dynamic_rows = True
         with torch.no_grad():  # not inference_mode: its tensors would not match the graphs' guards (a recompile)
-            actions, logp, after = self.compiled(self.model, map_obs(obs, lambda x: _pad(x, size)),
-                                                 {k: _pad(v, size) for k, v in state.items()}, padded_first,
-                                                 self.dtype, greedy)
+            actions, logp, after = self.compiled(self.model, obs, state, padded_first, self.dtype, greedy)
         return actions[:n], logp[:n], {k: v[:n] for k, v in after.items()}
 
     def warm_up(self) -> float:
