@@ -68,7 +68,7 @@ def _load(env_name: str, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
                        f"mujoco_playground.registry.ALL_ENVS)")
     config = registry.get_default_config(env_name)
     if "impl" in config and "impl" not in env_kwargs and _modules()[0].default_backend() == "cpu":
-        config["impl"] = "jax"  # MJX's JAX implementation: 13x Warp's steps/s on this CPU (docs/env-backends.md)
+        config["impl"] = "jax"  # MJX's JAX implementation: 9-11x Warp's steps/s on this CPU (docs/env-backends.md)
     unknown = sorted(set(env_kwargs) - set(config.keys()))
     if unknown:
         raise EnvError(f"--env-kwargs {', '.join(unknown)}: not in {env_name}'s config (it has "
