@@ -58,11 +58,11 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     env_steps, run_state = start.env_steps, start.run
     group = _join(ranks, learner, channels)
     publishers = [_publish_first(cfg, m, w, checksum=p == 0) for p, (m, w) in enumerate(zip(learners, weights))]
+    if not _warm_up(learners, channels):  # the workers sample the first batch meanwhile (weights are published)
+        return  # reported as fatal; the runner has stopped the run
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
                                   "stats": list(learner.stat_names),
                                   "policies": [member_settings(m.cfg) for m in learners]})
-    if not _warm_up(learners, channels):  # while the workers sample the first batch
-        return  # reported as fatal; the runner stops the run
     beat = channels.live["beat_learner"]
     for member in learners:  # long train() calls show progress inside
         member.heartbeat = lambda: beat.__setitem__(0, time.monotonic())
