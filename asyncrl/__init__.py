@@ -11,9 +11,15 @@ process forks its workers and must not have run torch operations; see docs/pytho
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from asyncrl.version import __version__
+
+# OpenMP threads that wait at a barrier sleep instead of spinning, unless the user chose: read once, when torch
+# loads OpenMP, so it is set before any torch import. A learner with 2 threads beside the workers on 2 busy cores
+# trained 14.5k agent steps/s spinning and 157k sleeping (docs/performance.md, "Compiled steps").
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _LAZY = {
     "train": "asyncrl.api", "TrainResult": "asyncrl.api", "TrainingFailed": "asyncrl.api",
