@@ -218,6 +218,10 @@ class Config:
         "V-trace c-bar (trace cutting; on-policy it acts like GAE's lambda)")
     normalize_advantages: bool = ppo_setting(True,
         "normalise advantages per minibatch")
+    adv_std_floor: float = ppo_setting(0.0,
+        "with --normalize-advantages: divide by the advantages' std or this, whichever is larger, so a learned "
+        "task's near-zero advantages are not scaled up to unit size (reward units; the vector preset's 1.0 keeps "
+        "a solved task solved)")
     normalize_obs: bool = ppo_setting(False,
         "running mean/std observation normalisation")
     normalize_returns: bool = ppo_setting(False,
@@ -440,7 +444,7 @@ class Config:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         if not 0 <= self.seed < 2**31:  # numpy, torch and the envs take it (plus worker offsets) as a seed
             raise ConfigError(f"--seed must be in 0..{2**31 - 1} (got {self.seed})")
-        for name in ("frames", "seconds", "learner_threads", "max_policy_lag", "lr_warmup"):
+        for name in ("frames", "seconds", "learner_threads", "max_policy_lag", "lr_warmup", "adv_std_floor"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative (got {getattr(self, name)})")
         for name in ("lr", "kl_target", "report_interval", "checkpoint_interval", "adam_eps", "max_grad_norm",

@@ -28,8 +28,9 @@ INTRO = """\
 A preset fills in the settings you did not give on the command line (or in `--config`), chosen from the env:
 `atari_` names get `atari`, `doom_` names `doom`, gymnasium's MuJoCo tasks `mujoco`; any other env by its
 spaces: uint8 images get `atari`, other observations `vector`, or `vector_batched` when the env is stepped as
-one VectorEnv per worker split (CartPole-v1 by default, gymnax ids). `--algo sac|td3|redq` lays `off_policy`
-(and `off_policy_<algo>`) over the env's preset. `asyncrl-train --env ENV --print-config` shows the result.
+one VectorEnv per worker split (CartPole-v1 by default, gymnax ids; MinAtar's get `gymnax_minatar`).
+`--algo sac|td3|redq` lays `off_policy` (and `off_policy_<algo>`) over the env's preset. `asyncrl-train --env ENV
+--print-config` shows the result.
 
 A blank cell is the `Config` default (first column); `atari` and `doom` are the defaults themselves.
 """
@@ -38,7 +39,10 @@ A blank cell is the `Config` default (first column); `atari` and `doom` are the 
 OUTRO = """\
 `--envs-per-worker 0` picks the count per worker ([configuration.md](configuration.md)); `--lr-schedule auto`
 decays the rate linearly to 0 at `--frames` when a run has a `--frames` budget, and keeps it constant otherwise.
-The measurements behind the `vector_batched` preset (CartPole-v1) are in [results.md](results.md#cartpole-v1)."""
+The measurements behind the `vector_batched` preset (CartPole-v1) are in [results.md](results.md#cartpole-v1),
+behind `gymnax_minatar` in
+[notes/results-mujoco-gymnax.md](notes/results-mujoco-gymnax.md#the-gap-was-tanh---activation-relu), behind the
+vector presets' `--adv-std-floor` and `--rnn-size` in [results.md](results.md#keeping-what-was-learned)."""
 
 
 def fmt(value: object) -> str:

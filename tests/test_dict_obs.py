@@ -132,7 +132,7 @@ def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path, capsys
     losses = [r["policy_loss"] for r in records if r.get("policy_loss") is not None]
     assert losses and all(np.isfinite(losses)), losses
     returns = [r["episode_return_mean"] for r in records if r.get("episode_return_mean") is not None]
-    assert max(returns) >= 6.0, returns  # random: 4 of 8
+    assert returns[-1] >= 6.0, returns  # random: 4 of 8; held to the end of the budget, not only reached
 
     policy = asyncrl.load_policy(str(run_dir))
     cues = np.array([[0.8, 0.0], [-0.8, 0.0], [0.5, 0.3], [-0.6, -0.2]], np.float32)

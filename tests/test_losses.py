@@ -207,6 +207,17 @@ def test_normalize_advantages_statistics() -> None:
     assert out.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_std_floor_keeps_small_advantages_small_and_large_ones_standardised() -> None:
+    """--adv-std-floor: advantages whose std is under the floor (a learned task's noise) are centred, not scaled
+    up; above it they are standardised as before."""
+    noise = torch.randn(256, generator=torch.Generator().manual_seed(0)) * 0.01
+    small = normalize_advantages(noise, std_floor=1.0)
+    assert small.std(unbiased=False).item() == pytest.approx(0.01, rel=0.1)
+    assert normalize_advantages(noise).std(unbiased=False).item() == pytest.approx(1.0, abs=1e-4)  # no floor
+    large = normalize_advantages(noise * 1000.0, std_floor=1.0)
+    assert large.std(unbiased=False).item() == pytest.approx(1.0, abs=1e-4)
+
+
 def test_normalize_constant_advantages_is_finite() -> None:
     out = normalize_advantages(torch.full((4,), 7.0))
     assert torch.equal(out, torch.zeros(4))

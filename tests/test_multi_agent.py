@@ -169,7 +169,7 @@ def test_a_shared_policy_learns_a_cooperative_task(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     returns = [r["episode_return_mean"] for r in read_metrics(tmp_path / "match")
                if r.get("episode_return_mean") is not None]
-    assert returns and max(returns) >= 7.0, (chance, returns)
+    assert returns and returns[-1] >= 7.0, (chance, returns)  # held to the end of the budget, not only reached
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pettingzoo") is None, reason="the multiagent extra is not installed")

@@ -126,9 +126,11 @@ def clip_fraction(
 
 
 def normalize_advantages(
-    adv: torch.Tensor, mask: torch.Tensor | Weights | None = None, eps: float = 1e-8
+    adv: torch.Tensor, mask: torch.Tensor | Weights | None = None, eps: float = 1e-8, std_floor: float = 0.0
 ) -> torch.Tensor:
-    """Standardise advantages with the (weighted) mean and population std of unmasked entries.
+    """Standardise advantages with the (weighted) mean and population std of unmasked entries; with `std_floor`,
+    divide by the std or the floor, whichever is larger, so advantages smaller than the floor (a learned task's
+    noise) are not blown up to unit scale (DreamerV3 scales returns by max(1, range) for the same reason).
 
     Advantages are constants of the policy-gradient loss, so the result is detached.
     Masked-out entries are returned as 0.
@@ -136,4 +138,4 @@ def normalize_advantages(
     with torch.no_grad():
         w = Weights.of(mask, adv)
         centred = w.zero_masked(adv - w.mean(adv))
-        return centred / (w.mean(centred.square()).sqrt() + eps)
+        return centred / (w.mean(centred.square()).sqrt().clamp(min=std_floor) + eps)

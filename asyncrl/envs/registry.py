@@ -59,7 +59,8 @@ class Backend:
     module: str  # where its VecEnv and its two builders live
     options: tuple[str, ...] = ()
     train_options: tuple[str, ...] = ()
-    family: str | None = None  # its preset (asyncrl/presets.py:PRESETS); None: chosen from the env's spaces
+    # its preset (asyncrl/presets.py:PRESETS), or a function of the name giving one; None: from the env's spaces
+    family: str | Callable[[str], str | None] | None = None
     info_keys: bool = False  # --info-keys reads its step info
 
     @property
@@ -73,6 +74,12 @@ class Backend:
         return importlib.import_module(self.module).backend_vec
 
 
+def gymnax_family(name: str) -> str | None:
+    """MinAtar's games get the `gymnax_minatar` preset (measured settings, ReLU units); the other gymnax ids are
+    chosen from their spaces (`vector_batched`)."""
+    return "gymnax_minatar" if name.endswith("-MinAtar") else None
+
+
 # The first row whose `matches` accepts the name serves it; the last row takes every other name.
 BACKENDS: list[Backend] = [
     Backend("null", lambda name: name == "null", "asyncrl.envs.null_env", family="vector"),
@@ -81,7 +88,7 @@ BACKENDS: list[Backend] = [
     Backend("atari", lambda name: name.startswith(ATARI_PREFIX), "asyncrl.envs.atari",
             train_options=("env_threads", "max_episode_frames"), family="atari"),
     Backend("gymnax", lambda name: name.startswith(GYMNAX_PREFIX), "asyncrl.envs.gymnax_env",
-            options=("env_kwargs",)),  # JAX envs, one jitted batch per worker split
+            options=("env_kwargs",), family=gymnax_family),  # JAX envs, one jitted batch per worker split
     Backend("envpool", lambda name: name.startswith(ENVPOOL_PREFIX), "asyncrl.envs.envpool_env",
             options=("env_kwargs", "workers", "worker_splits")),  # one synchronous EnvPool per worker split
     Backend("playground", lambda name: name.startswith(PLAYGROUND_PREFIX), "asyncrl.envs.playground_env",
@@ -129,7 +136,8 @@ def check_env_options(cfg: Config) -> None:
 
 def preset_family(name: str) -> str | None:
     """The preset env `name`'s backend always gets (atari, doom, vector, mujoco), or None: chosen from its spaces."""
-    return backend_for(name).family
+    family = backend_for(name).family
+    return family(name) if callable(family) else family
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}

@@ -42,7 +42,7 @@ SATURATED_CELL = 10.0
 def hyperparams(cfg: Config) -> APPOHyperparams:
     return APPOHyperparams(gamma=cfg.gamma, clip_ratio=cfg.clip_ratio, value_coeff=cfg.value_coeff,
                            entropy_coeff=cfg.entropy_coeff, rho_bar=cfg.vtrace_rho, c_bar=cfg.vtrace_c,
-                           normalize_advantages=cfg.normalize_advantages)
+                           normalize_advantages=cfg.normalize_advantages, adv_std_floor=cfg.adv_std_floor)
 
 
 class APPOLearner:

@@ -35,6 +35,7 @@ class APPOHyperparams:
     rho_bar: float = 1.0
     c_bar: float = 1.0
     normalize_advantages: bool = True
+    adv_std_floor: float = 0.0
 
 
 def appo_loss(
@@ -102,7 +103,7 @@ def appo_loss(
     weights = Weights.of(mask, logp)  # read once for every masked term below
     advantages = targets.pg_advantages
     if hp.normalize_advantages:
-        advantages = normalize_advantages(advantages, weights)
+        advantages = normalize_advantages(advantages, weights, std_floor=hp.adv_std_floor)
     policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, weights)
     offset = None
     if value_offset is not None:  # the bias in closed form: the head's values fitted to the targets' mean
