@@ -183,3 +183,13 @@ def test_compiled_sac_update_gives_eagers_losses() -> None:
 def test_bad_compile_settings_are_one_line(settings: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("-", r"\-")):
         Config(**{"env": "CartPole-v1", **settings}).resolve().validate()
+
+
+def test_a_compiled_cpu_learner_takes_every_core_unless_told() -> None:
+    from asyncrl.runtime.host.cpus import default_learner_threads
+    from asyncrl.runtime.stages.learner_state import learner_threads
+
+    cpu = torch.device("cpu")
+    assert learner_threads(Config(compile="learner"), cpu) == default_learner_threads("cpu", 0)
+    assert learner_threads(Config(compile="all", learner_threads=1), cpu) == 1
+    assert learner_threads(Config(), cpu) == default_learner_threads("cpu", 1)
