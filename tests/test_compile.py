@@ -193,3 +193,16 @@ def test_a_compiled_cpu_learner_takes_every_core_unless_told() -> None:
     assert learner_threads(Config(compile="learner"), cpu) == default_learner_threads("cpu", 0)
     assert learner_threads(Config(compile="all", learner_threads=1), cpu) == 1
     assert learner_threads(Config(), cpu) == default_learner_threads("cpu", 1)
+
+
+def test_a_graph_break_is_a_one_line_compile_error_not_a_silent_fallback() -> None:
+    from asyncrl.agents.compiled import CompileError, first_call
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return x + 1
+
+    compiled = compile_fn(breaks, backend="eager")
+    with pytest.raises(CompileError, match="^--compile: torch.compile cannot take a test function") as info:
+        first_call("a test function", lambda: compiled(torch.zeros(2)))
+    assert "\n" not in str(info.value)
