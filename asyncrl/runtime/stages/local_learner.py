@@ -36,6 +36,7 @@ class LocalLearner:
         self.cfg, self.spec, self.book, self.out = cfg, spec, book, out
         self.device = set_up_torch(cfg)  # threads, determinism, seeds: as the learner process sets them
         self.learner = learner = make_learner(cfg, spec, self.device)
+        self._warm_up()
         self.resumed_run = self._resume() if cfg.resume else {}
         learner.version = max(learner.version, 1)
         self.policy = learner_class(cfg.algo).build_policy(spec, cfg, self.device).eval()
@@ -50,6 +51,19 @@ class LocalLearner:
         book.totals.expect_learner_stats(learner.stat_names)
         self.best, self.eval_done = read_best_return(cfg.run_dir), 0
         self.save_failed: str | None = None
+
+    def _warm_up(self) -> None:
+        """--compile learner|all: compile the update now, with a progress line (this engine's act stays eager)."""
+        if not getattr(self.learner, "compiled", False):
+            return
+        from asyncrl.agents.compiled import CompileError, cache_dir
+
+        self.out(f"asyncrl: compiling the learner's update (cache {cache_dir()})...", flush=True)
+        try:
+            seconds = self.learner.warm_up()
+        except CompileError as exc:
+            raise RunError(str(exc), hint=False, exit_code=2) from None
+        self.out(f"asyncrl: learner's update compiled in {seconds or 0.0:.1f} s", flush=True)
 
     def _resume(self) -> dict:
         """The newest good checkpoint into the learner; the runner's counters it kept (`run`)."""
