@@ -276,7 +276,8 @@ class Config:
     rnn: str = ppo_setting("none",
         "recurrent core between the encoder and the heads: none, gru or lstm (the learner backpropagates "
         "through each whole --rollout)")
-    rnn_size: int = ppo_setting(512, "units per layer of the --rnn core")
+    rnn_size: int = ppo_setting(512, "units per layer of the --rnn core: about the encoder's width (512 after the "
+                                     "Nature CNN; the vector presets set 128, docs/models.md)")
     rnn_layers: int = ppo_setting(1, "layers of the --rnn core")
     # --- off-policy learners (--algo sac, td3, redq; asyncrl/agents/off_policy/learner.py) ---
     replay_size: int = field(default=1_000_000, metadata={"algos": REPLAY_ONLY,
