@@ -1,5 +1,6 @@
-"""EnvPool's C++ batched envs (`envpool:<task id>`: Atari, MuJoCo, DeepMind Control, Procgen, VizDoom, ... every
-id `envpool.list_all_envs()` lists), the optional `envpool` extra.
+"""EnvPool's C++ batched envs (`envpool:<task id>`: Atari, MuJoCo, DeepMind Control, Procgen, VizDoom, ..., the ids
+`envpool.list_all_envs()` lists: 1,626 of EnvPool 1.2.5's 1,651; the multi-player ones and two others are refused
+in one line, docs/env-backends.md), the optional `envpool` extra.
 
 One EnvPool per worker split, in its synchronous mode (`batch_size == num_envs`: every step returns all envs, in
 env order), stepped through `VectorVecEnv` so its arrays go straight into the slots. EnvPool auto-resets in
