@@ -69,7 +69,7 @@ class CompiledActor:
         self.eager = published_actor(model)  # the state half of the contract
         self.sizes = bucket_sizes(rows_per_split, max_splits)
         self.compiled: Callable = compile_fn(pure_act, mode, backend, dynamic=None)
-        device = model.policy_head.weight.device
+        self.device = device = model.policy_head.weight.device
         self.no_first = {size: torch.zeros(size, dtype=torch.bool, device=device) for size in self.sizes}
         self.dynamic_rows = False  # the batch dimension marked dynamic yet (one graph for every padded size)
 
@@ -89,7 +89,7 @@ class CompiledActor:
             else obs.shape[0]
         size = self.size_for(n)
         padded_first = self.no_first[size] if first is None and size in self.no_first else (
-            _pad(first.bool(), size) if first is not None else torch.zeros(size, dtype=torch.bool))
+            _pad(first.bool(), size) if first is not None else torch.zeros(size, dtype=torch.bool, device=self.device))
         obs, state = map_obs(obs, lambda x: _pad(x, size)), {k: _pad(v, size) for k, v in state.items()}
         if not self.dynamic_rows:  # the first call compiles for any row count (a size of 1 stays specialised)
             for x in (*(obs.values() if isinstance(obs, dict) else (obs,)), *state.values(), padded_first):
