@@ -128,3 +128,15 @@ def test_dmc_trains_through_the_forked_engine(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = read_metrics(tmp_path / "envpool_CheetahRun-v1")
     assert records[-1]["env_steps"] >= 3000
+
+
+def test_threads_are_the_splits_share_of_the_usable_cores() -> None:
+    from asyncrl.envs.envpool_env import split_threads
+    from asyncrl.system import usable_cpus
+
+    assert split_threads(64, 2, 2, cpus=16, ranks=1) == 4  # 16 cores / (2 workers x 2 splits)
+    assert split_threads(64, 2, 2, cpus=16, ranks=2) == 2  # two ranks on the node share them
+    assert split_threads(3, 1, 1, cpus=16, ranks=1) == 3 and split_threads(64, 4, 2, cpus=2, ranks=1) == 1
+    env = make_vec_env("envpool:CartPole-v1", 8, workers=1, worker_splits=1)
+    assert env.env.config["num_threads"] == min(8, usable_cpus())  # the affinity mask and quota, here
+    env.close()
