@@ -241,8 +241,8 @@ def test_bench_rows_carry_their_own_device() -> None:
     rows = add_ratios(records)
     assert rows[0]["train_over_sampler"] == 0.5 and rows[0]["asyncrl_over_naive"] is None  # not like with like
     text = markdown(records, rows)
-    assert "| train | 4 x 16 | 100 | 100 | 100-100 (3 x 3 s) | - | - | - | cuda |" in text
-    assert "| naive | 4 envs (1 process each) | 50 | 50 | 50-50 (3 x 3 s) | - | - | - | cpu |" in text
+    assert "| train | 4 x 16 | 100 | 100 | 100-100 (3 x 3 s) | - | - | - | - | cuda |" in text
+    assert "| naive | 4 envs (1 process each) | 50 | 50 | 50-50 (3 x 3 s) | - | - | - | - | cpu |" in text
     records[2]["device"] = "cuda"
     assert add_ratios(records)[0]["asyncrl_over_naive"] == 2.0
 
