@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
+
 from asyncrl.agents.appo.presets import FAMILY_PRESETS
 from asyncrl.agents.off_policy.presets import ALGO_PRESETS, OFF_POLICY_PRESET
 
@@ -28,7 +30,8 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectoriz
     """The preset for env `env`: its backend's family (asyncrl/envs/registry.py:BACKENDS; atari_, doom_, null and
     gymnasium's MuJoCo tasks have one), otherwise from its spaces (the env's spec from `specs`, the start's
     specs, or a new one; an env that cannot be made gets `vector` here and reports its error in the preflight):
-    `atari` for uint8 frames, else `vector`, or `vector_batched` when the env is stepped as one VectorEnv batch."""
+    `atari` for uint8 frames, else `vector` (`vector_continuous` for Box actions), or `vector_batched` when the env is
+    stepped as one VectorEnv batch."""
     from asyncrl.envs.registry import preset_family
     from asyncrl.spec_memo import EnvSpecs
 
@@ -45,7 +48,9 @@ def preset_name(env: str, env_kwargs: dict[str, Any] | None = None, env_vectoriz
         image = any(k.image and k.dtype == "uint8" for k in spec.obs_keys)
     if image:
         return "atari"
-    return "vector_batched" if spec.batched else "vector"
+    if spec.batched:
+        return "vector_batched"
+    return "vector_continuous" if isinstance(spec.action_space, gym.spaces.Box) else "vector"
 
 
 def preset_for(env: str, env_kwargs: dict[str, Any] | None = None, algo: str = "appo",

@@ -27,8 +27,9 @@ INTRO = """\
 
 A preset fills in the settings you did not give on the command line (or in `--config`), chosen from the env:
 `atari_` names get `atari`, `doom_` names `doom`, gymnasium's MuJoCo tasks `mujoco`; any other env by its
-spaces: uint8 images get `atari`, other observations `vector`, or `vector_batched` when the env is stepped as
-one VectorEnv per worker split (CartPole-v1 by default, gymnax ids; MinAtar's get `gymnax_minatar`).
+spaces: uint8 images get `atari`, other observations `vector` (`vector_continuous` with Box actions), or
+`vector_batched` when the env is stepped as one VectorEnv per worker split (CartPole-v1 by default, gymnax ids;
+MinAtar's get `gymnax_minatar`).
 `--algo sac|td3|redq` lays `off_policy` (and `off_policy_<algo>`) over the env's preset. `asyncrl-train --env ENV
 --print-config` shows the result.
 

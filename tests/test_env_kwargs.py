@@ -80,6 +80,7 @@ def test_preset_follows_the_observation_space() -> None:
     assert preset_name("tests.custom_env:TwoChoiceBandit") == "vector"
     assert preset_name("CartPole-v1") == "vector_batched"  # stepped as one VectorEnv (its vector_entry_point)
     assert preset_name("CartPole-v1", env_vectorization="loop") == "vector"
+    assert preset_name("Pendulum-v1") == "vector_continuous"  # Box actions: returns normalised
     cfg = config_from_flags(env="tests.custom_env:ChannelsLastImages")
     assert cfg.batch_size == 1024 and cfg.rollout == 32  # the Atari (Config) defaults, not the vector preset's
 
