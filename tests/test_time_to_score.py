@@ -1,0 +1,82 @@
+"""scripts/time_to_score.py: each system's log parser on small snippets of its format, and bad input exits 2."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "time_to_score.py"
+
+
+@pytest.fixture(scope="module")
+def tts():
+    spec = importlib.util.spec_from_file_location("time_to_score", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["time_to_score"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_asyncrl_metrics(tts) -> None:
+    lines = [json.dumps({"frames": 40960, "time": 12.5, "episode_return_mean": -20.5, "fps": 3000}),
+             json.dumps({"frames": 81920, "time": 25.0, "episode_return_mean": None}),
+             "not json",
+             json.dumps({"frames": 122880, "time": 37.5, "episode_return_mean": 18.25})]
+    points = tts.parse_asyncrl(lines)
+    assert points == [(40960, 12.5, -20.5), (122880, 37.5, 18.25)]
+    assert tts.first_reach(points, 18.0) == (122880, 37.5)
+    assert tts.first_reach(points, 20.0) is None
+
+
+def test_sf2_log(tts) -> None:
+    lag = ". Throughput: 0: 1638.4. Samples: 8192. Policy #0 lag: (min: 0.0, avg: 0.0, max: 0.0)"
+    fps = "Fps is (10 sec: 1638.4, 60 sec: 1638.4, 300 sec: 1638.4). Total num frames: "
+    log = [f"[2026-12-06 23:50:01,000][01234] Fps is (10 sec: nan, 60 sec: nan). Total num frames: 0{lag}",
+           f"[2026-12-06 23:50:06,000][01234] {fps}8192{lag}",
+           "[2026-12-06 23:50:06,001][01234] Avg episode reward: [(0, '-20.667')]",
+           f"[2026-12-06 23:50:11,500][01234] {fps}16384{lag}",
+           "[2026-12-06 23:50:11,501][01234] Avg episode reward: [(0, '20.100')]"]
+    points = tts.parse_sf2(log)
+    assert [(f, r) for f, _, r in points] == [(8192, -20.667), (16384, 20.1)]
+    assert points[0][1] == pytest.approx(5.001) and points[1][1] == pytest.approx(10.501)
+
+
+def test_cleanrl_stdout(tts) -> None:
+    lines = ["[+3.100] SPS: 100",
+             "[+10.500] global_step=1000, episodic_return=[-21.]",
+             "[+20.250] global_step=2000, episodic_return=[-19.]",
+             "[+30.000] global_step=3000, episodic_return=-20.0"]
+    points = tts.parse_cleanrl(lines)
+    assert points == [(4000, 10.5, -21.0), (8000, 20.25, -20.0), (12000, 30.0, -20.0)]
+
+
+def test_cleanrl_window_is_100_games(tts) -> None:
+    lines = [f"[+{i}.0] global_step={i}, episodic_return=[{-21 if i < 100 else 21}]" for i in range(200)]
+    assert tts.parse_cleanrl(lines)[-1][2] == 21.0
+
+
+@pytest.mark.parametrize("argv", [["--frames", "1e6", "--out", "{tmp}", "--systems", "rllib"],
+                                  ["--frames", "10", "--out", "{tmp}"],
+                                  ["--frames", "1e6", "--out", "{tmp}", "--sf2-python", "/nonexistent/python"],
+                                  ["--frames", "lots", "--out", "{tmp}"]])
+def test_bad_input_exits_2(tmp_path: Path, argv: list[str]) -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), *[a.format(tmp=tmp_path) for a in argv]],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_documented_command_flags_exist() -> None:
+    """docs/results.md's command (in a text block, which the doc-recipe tests do not run) names only real flags."""
+    doc = (SCRIPT.parent.parent / "docs" / "results.md").read_text()
+    start = doc.index(".venv/bin/python scripts/time_to_score.py")
+    command = doc[start:doc.index("```", start)]
+    help_text = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True,
+                               timeout=30).stdout
+    flags = [w for w in command.split() if w.startswith("--")]
+    assert flags and all(f in help_text for f in flags), flags
