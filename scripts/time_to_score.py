@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     curves: dict[str, list[Point]] = {}
     rows, notes = [], []
     for system in systems:
-        if not given[system]:
+        if not given[system] and not args.parse_only:
             print(f"[{system}] skipped: no --{system}-python given", flush=True)
             continue
         run_dir = args.out / system
