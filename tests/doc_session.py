@@ -92,7 +92,7 @@ NOT_HERE: list[tuple[str, str, Callable[[tuple[str, ...]], bool]]] = [
     (r"scripts/check_readme_cartpole\.py",
      "README's CartPole command over 10 seeds, minutes: a reviewer runs it; tests/test_readme_claim.py checks that it "
      "runs README's command, and test_doc_commands parses its flags", lambda _: False),
-    (r"^asyncrl-bench |benchmarks/bench_doom\.py",
+    (r"^asyncrl-bench |benchmarks/bench_doom\.py|scripts/stale_share\.py",
      "a throughput measurement, kept out of the timed tests: `make bench` runs the suite, tests/test_bench.py each "
      "mode with sub-second windows, and test_doc_commands parses these flags", lambda _: False),
     (r"asyncrl-plot train_dir/pong_v3|asyncrl-compare "
@@ -235,8 +235,8 @@ class DocSession:
         for name, body in companion_files().items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_text(body)
-        # as in a checkout (results.md trains on tests.multi_agent_envs:duel)
-        for tree in ("scripts", "benchmarks", "tests"):
+        # as in a checkout (results.md trains on tests.multi_agent_envs:duel and examples.coop_signal:make)
+        for tree in ("scripts", "benchmarks", "tests", "examples"):
             (work / tree).symlink_to(ROOT / tree)
 
     def run(self, command: DocCommand, seed: int) -> None:

@@ -27,12 +27,15 @@ def test_help_shows_default_and_preset_value(tmp_path: Path, capsys: pytest.Capt
     result = main_in_process(["--help"], tmp_path, capsys)
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())  # argparse wraps to the terminal width
-    assert ("--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001; vector_batched preset: 0.0028; "
-            "mujoco preset: 0.0003; off_policy preset: 0.0003)") in text
-    assert "--gamma GAMMA discount factor (default: 0.99; vector preset: 0.98)" in text  # vector_batched: 0.99
-    assert ("--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0; vector_batched "
-            "preset: 0.0; mujoco preset: 0.0; --algo appo only)") in text
-    assert "--clip-ratio CLIP_RATIO PPO clip epsilon (default: 0.1; mujoco preset: 0.2; --algo appo only)" in text
+    assert ("--lr LR Adam learning rate (default: 0.00025; vector preset: 0.001; vector_continuous preset: 0.001; "
+            "vector_batched preset: 0.0028; gymnax_minatar preset: 0.0005; mujoco preset: 0.0003; off_policy preset: "
+            "0.0003)") in text
+    assert ("--gamma GAMMA discount factor (default: 0.99; vector preset: 0.98; vector_continuous preset: 0.98; "
+            "gymnax_minatar preset: 0.999)") in text  # vector_batched: 0.99
+    assert ("--entropy-coeff ENTROPY_COEFF entropy bonus weight (default: 0.01; vector preset: 0.0; vector_continuous "
+            "preset: 0.0; vector_batched preset: 0.0; mujoco preset: 0.0; --algo appo only)") in text
+    assert ("--clip-ratio CLIP_RATIO PPO clip epsilon (default: 0.1; gymnax_minatar preset: 0.2; mujoco preset: 0.2; "
+            "--algo appo only)") in text
     assert "--adam-eps ADAM_EPS Adam epsilon (default: 1e-05; --algo appo only) " in text  # no preset changes it
 
 

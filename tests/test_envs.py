@@ -245,7 +245,9 @@ def test_each_name_is_served_by_one_backend_row_with_its_preset_family() -> None
         "null", "doom", "atari", "mujoco", "gymnasium", "gymnasium"]
     assert BACKENDS[-1].matches("anything")  # the catch-all row comes last
     assert preset_family("atari_pong") == "atari" and preset_family("CartPole-v1") is None
-    assert all(b.family is None or b.family in PRESETS for b in BACKENDS)
+    assert all(b.family is None or callable(b.family) or b.family in PRESETS for b in BACKENDS)
+    assert preset_family("gymnax:Breakout-MinAtar") == "gymnax_minatar" in PRESETS  # a family chosen by name
+    assert preset_family("gymnax:CartPole-v1") is None
     fields = {f.name for f in dataclasses.fields(Config)}
     assert all(set(b.options + b.train_options) <= fields for b in BACKENDS)  # options are Config fields
 

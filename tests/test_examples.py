@@ -30,8 +30,40 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py", "env_hooks.py", "python_api.py"}
+    tested = {"custom_env.py", "sac_mujoco.py", "two_ranks.sh", "compare_seeds.py", "env_hooks.py", "python_api.py",
+              "coop_signal.py"}
     assert {p.name for p in EXAMPLES.iterdir() if p.suffix in (".py", ".sh")} == tested
+
+
+def test_coop_signal_pays_both_agents_only_when_both_pick_the_signal() -> None:
+    """examples/coop_signal.py (docs/results.md's reach-and-hold task; the doc recipes train it): 25 steps, +1 to
+    both agents when both answer the signal both see, 0 when either does not; two env columns through asyncrl."""
+    import importlib.util
+
+    from asyncrl.envs.registry import make_env_spec
+
+    spec = importlib.util.spec_from_file_location("coop_signal", EXAMPLES / "coop_signal.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    env = module.make()
+    obs, _ = env.reset(seed=3)
+    total, steps, done = 0.0, 0, False
+    while not done:
+        signal = int(obs["agent_0"][:3].argmax())
+        assert obs["agent_1"][:3].argmax() == signal and obs["agent_0"][3] == obs["agent_1"][4] == 1.0
+        wrong = (signal + 1) % 3
+        answer = {"agent_0": signal, "agent_1": signal if steps % 2 == 0 else wrong}
+        obs, rewards, _, truncs, _ = env.step(answer)
+        assert rewards["agent_0"] == rewards["agent_1"] == (1.0 if steps % 2 == 0 else 0.0)
+        total += rewards["agent_0"]
+        steps += 1
+        done = all(truncs.values())
+    assert (steps, total) == (25, 13.0)
+    sys.path.insert(0, str(EXAMPLES.parent))
+    try:
+        assert make_env_spec("examples.coop_signal:make").num_agents == 2
+    finally:
+        sys.path.remove(str(EXAMPLES.parent))
 
 
 def test_custom_env_example_trains_and_plays_its_env(tmp_path: Path) -> None:

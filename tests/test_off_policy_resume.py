@@ -52,7 +52,7 @@ NOT_RESTORED = {
 }
 ALIASES = {"model": ("actor", "critic"), "optimizer": ("critic_optimizer",), "extra_parameters": ("log_alpha",)}
 # Derived from the config alone: equal in any learner built with it, so a fresh learner has them already.
-FROM_CONFIG = {"action_dim", "q_check_window", "utd", "lr", "entropy_target"}
+FROM_CONFIG = {"action_dim", "q_check_window", "utd", "lr", "entropy_target", "compiled"}
 
 
 @pytest.fixture(autouse=True)
