@@ -89,6 +89,8 @@ NOT_HERE: list[tuple[str, str, Callable[[tuple[str, ...]], bool]]] = [
      "with Ctrl-C, as README says", lambda _: False),
     (r"--sf2-python", "needs Sample Factory 2 in its own venv (docs/performance.md says how)", sf2_python),
     (r"lr_sweep/\*", "reads the sweep's six 50k-frame runs; the sweep's --dry-run line runs", lambda _: False),
+    (r"runs/compile_learning/", "reads scripts/compile_learning.sh's runs (3 seeds eager and compiled, minutes each)",
+     lambda _: False),
     (r"scripts/check_readme_cartpole\.py",
      "README's CartPole command over 10 seeds, minutes: a reviewer runs it; tests/test_readme_claim.py checks that it "
      "runs README's command, and test_doc_commands parses its flags", lambda _: False),
