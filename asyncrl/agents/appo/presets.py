@@ -10,7 +10,7 @@ from typing import Any
 # 17.7k env steps to 0.9) at 3.7x its env steps/s (docs/models.md).
 VECTOR_RNN = 128
 
-# Vector observations, MLP policy (CartPole, Pendulum, custom envs). Many small updates per sample; a low
+# Vector observations, MLP policy (custom envs, CartPole stepped one at a time). Many small updates per sample; a low
 # value weight because policy and value share the MLP trunk and unscaled returns would swamp the policy.
 # Advantages are not scaled up past a std of 1 reward unit: on a solved task (no entropy bonus) they are noise,
 # which normalised to unit size flipped a deterministic policy's choice for good (docs/results.md).
