@@ -39,6 +39,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from asyncrl.bench.sample_factory import stop_process_group
+
 SYSTEMS = ("asyncrl", "sf2", "cleanrl")
 LEVELS = (18.0, 20.0)
 FRAMESKIP = 4
@@ -174,21 +176,6 @@ def command(system: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
     }[system]
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the run's process group (as Ctrl-C), then SIGKILL."""
-    for sig, wait in ((signal.SIGINT, STOP_TIMEOUT_S), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | None) -> dict[str, object]:
     """Run one system to completion (or `timeout_s`); its output to run_dir/stdout.log, each line stamped with
     the seconds since launch. Returns its run.json record."""
@@ -216,7 +203,7 @@ def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | No
             timed_out = True
             print(f"[{system}] --timeout {timeout_s:g} s reached: stopping it", flush=True)
         finally:
-            _stop(proc)
+            stop_process_group(proc, STOP_TIMEOUT_S)
             reader.join(timeout=10.0)
     return {"command": cmd, "started": started, "wall_s": round(time.monotonic() - t0, 1),
             "returncode": proc.returncode, "timed_out": timed_out, "loadavg_after": os.getloadavg()}

@@ -42,7 +42,7 @@ def test_a_gymnax_env_trains_through_the_forked_engine(tmp_path: Path, monkeypat
     workers' compiled reset and step."""
     import gymnasium as gym
 
-    from asyncrl.envs import gymnax_env
+    from asyncrl.envs import fresh_process, gymnax_env
 
     monkeypatch.setenv("XLA_FLAGS", XLA_FLAGS)  # for the rollout worker's env
     monkeypatch.setenv("ASYNCRL_CACHE_DIR", str(tmp_path / "cache"))
@@ -57,7 +57,7 @@ def test_a_gymnax_env_trains_through_the_forked_engine(tmp_path: Path, monkeypat
     def no_process(*args: object, **kwargs: object) -> None:
         raise AssertionError("the spaces were described again")
 
-    monkeypatch.setattr(gymnax_env.subprocess, "run", no_process)
+    monkeypatch.setattr(fresh_process.subprocess, "run", no_process)  # where the spaces are described
     obs, act = gymnax_env.gymnax_spaces("CartPole-v1", channels_first=True)
     assert obs.shape == (4,) and act == gym.spaces.Discrete(2)
     [entry] = (tmp_path / "cache" / "gymnax-spaces").iterdir()

@@ -97,22 +97,27 @@ def _instance_id(engine: Any) -> str | None:
     return args[args.index("+viz_instance_id") + 1] if "+viz_instance_id" in args else None
 
 
+def stop_process_group(proc: subprocess.Popen, grace_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGINT to the run's process group (as Ctrl-C), then SIGKILL after `grace_s`."""
+    for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _stop(proc: subprocess.Popen, engines: list[Any]) -> None:
     """SIGINT to the whole group, then SIGKILL; then any engine still alive, and its shared memory."""
     import psutil
 
     ids = [i for i in map(_instance_id, engines) if i]
-    for sig, wait in ((signal.SIGINT, STOP_TIMEOUT_S), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
+    stop_process_group(proc)
     for engine in engines:
         try:
             engine.kill()

@@ -33,7 +33,6 @@ import inspect
 import json
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -45,6 +44,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv
+from asyncrl.envs.fresh_process import described_in_child, jax_cpu_env
 from asyncrl.system import install_hint
 
 if TYPE_CHECKING:
@@ -184,21 +184,8 @@ def gymnax_spaces(env_id: str, *, channels_first: bool = False,
 
 def _described(env_id: str, channels_first: bool,
                env_kwargs: dict[str, Any]) -> tuple[gym.spaces.Space, gym.spaces.Space]:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    try:
-        proc = subprocess.run([sys.executable, "-c", _SPACES_CHILD], capture_output=True, env=env, timeout=600,
-                              input=pickle.dumps((env_id, channels_first, env_kwargs)))
-    except subprocess.TimeoutExpired:
-        raise EnvError(f"cannot make gymnax env {env_id!r}: describing it took over 600 s") from None
-    if proc.returncode != 0:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit code {proc.returncode}"]
-        raise EnvError(f"cannot make gymnax env {env_id!r}: {lines[-1]}")
-    status, value = pickle.loads(proc.stdout)
-    if status == "error":
-        raise EnvError(value)
-    return value
+    return described_in_child(_SPACES_CHILD, (env_id, channels_first, env_kwargs), f"gymnax env {env_id!r}", 600,
+                              env=jax_cpu_env())
 
 
 def _spaces_cache_path(env_id: str, channels_first: bool, env_kwargs: dict[str, Any]) -> str | None:

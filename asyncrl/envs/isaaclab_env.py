@@ -29,15 +29,13 @@ import dataclasses
 import functools
 import importlib
 import json
-import pickle
-import subprocess
-import sys
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from asyncrl.envs.base import EnvError, EnvSpec, EpisodeStats, EpisodeTracker, VecEnv, first_line
+from asyncrl.envs.fresh_process import described_in_child
 from asyncrl.envs.gym_env import spaces_env_spec
 from asyncrl.envs.names import ISAACLAB_PREFIX
 from asyncrl.user_code import cwd_on_path
@@ -107,18 +105,8 @@ out.flush()
 
 def _described(name: str, env_kwargs: dict[str, Any]) -> EnvSpec:
     """An Isaac Lab task's spec, read in a fresh process (Isaac Sim and CUDA stay out of this one)."""
-    try:
-        proc = subprocess.run([sys.executable, "-c", _SPEC_CHILD], input=pickle.dumps((name, env_kwargs)),
-                              capture_output=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        raise EnvError(f"cannot make {name!r}: starting Isaac Sim to read its spaces took over 900 s") from None
-    if proc.returncode != 0 or not proc.stdout:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit code {proc.returncode}"]
-        raise EnvError(f"cannot make {name!r}: {lines[-1]}")
-    status, value = pickle.loads(proc.stdout)
-    if status == "error":
-        raise EnvError(value)
-    return value
+    return described_in_child(_SPEC_CHILD, (name, env_kwargs), repr(name), 900,
+                              doing="starting Isaac Sim to read its spaces")
 
 
 class IsaacLabVecEnv(VecEnv):

@@ -27,8 +27,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import pickle
-import subprocess
 import sys
 from typing import Any
 
@@ -38,6 +36,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from asyncrl.envs.base import EnvError, EnvSpec, VecEnv, first_line
+from asyncrl.envs.fresh_process import described_in_child, jax_cpu_env
 from asyncrl.envs.gymnax_env import _read_spaces, _use_compilation_cache, _write_spaces, cache_dir, to_numpy
 from asyncrl.envs.names import PLAYGROUND_PREFIX
 from asyncrl.system import install_hint
@@ -115,20 +114,8 @@ def playground_spaces(env_name: str, **env_kwargs: Any) -> tuple[gym.spaces.Box,
     cached = _read_spaces(path) if path else None
     if cached is not None:
         return cached
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    try:
-        proc = subprocess.run([sys.executable, "-c", _SPACES_CHILD], input=pickle.dumps((env_name, env_kwargs)),
-                              capture_output=True, env=env, timeout=600)
-    except subprocess.TimeoutExpired:
-        raise EnvError(f"cannot make MuJoCo Playground env {env_name!r}: describing it took over 600 s") from None
-    if proc.returncode != 0 or not proc.stdout:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit code {proc.returncode}"]
-        raise EnvError(f"cannot make MuJoCo Playground env {env_name!r}: {lines[-1]}")
-    status, value = pickle.loads(proc.stdout)
-    if status == "error":
-        raise EnvError(value)
+    value = described_in_child(_SPACES_CHILD, (env_name, env_kwargs), f"MuJoCo Playground env {env_name!r}", 600,
+                               env=jax_cpu_env())
     if path:
         _write_spaces(path, value)
     return value
