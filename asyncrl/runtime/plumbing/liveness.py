@@ -28,12 +28,20 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   the budget reports at once, so the run stops within a step of its --frames instead of up to a report interval (a
   second) later.
 - `last_words[w]`: why rollout worker w gave up (UTF-8, NUL-padded), written just before it exits.
+- `busy[0]`: bumped about once a second by a process doing a long, legitimate step before its loop (compiling
+  the learner's update or the policy's act, `busy_beating`), which also beats its heartbeat meanwhile: the
+  supervisor counts the run as moving while it grows, so a cold compile of minutes is neither a hang nor a stall.
 - `training_info`: the run's progress for curriculum envs (`set_training_info`), written by the runner with
   each metrics record: [sequence, frames, env steps, policy version, mean return (NaN before the first
   episode)]. The sequence is odd while the runner writes and even once it is done (`read_training_info`).
 """
 
 from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -63,6 +71,7 @@ def liveness_layout(workers: int, policy_workers: int, slots: int) -> dict[str, 
         "step_budget": ((1,), i64),
         "last_words": ((workers, WORDS), np.dtype(np.uint8)),
         "training_info": ((5,), f64),
+        "busy": ((1,), i64),
     }
 
 
@@ -120,3 +129,23 @@ def release_slots(live: SharedArrays, worker: int) -> tuple[list[int], bool]:
         live[name][held] = NO_OWNER
     live["transit"][worker] = NO_TRANSIT
     return held.tolist(), maybe_lost
+
+
+@contextmanager
+def busy_beating(live: SharedArrays, beat: str, index: int, every_s: float = 1.0) -> Iterator[None]:
+    """While the body runs (a compile that can take minutes): from a thread, every `every_s` seconds, beat
+    `live[beat][index]` and bump `live["busy"][0]`, so the supervisor sees a live process and a moving run."""
+    done = threading.Event()
+
+    def beat_loop() -> None:
+        while not done.wait(every_s):
+            live[beat][index] = time.monotonic()
+            live["busy"][0] += 1
+
+    thread = threading.Thread(target=beat_loop, name="asyncrl-busy-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -22,6 +22,7 @@ from asyncrl.runtime.distributed.group import Group, join_group
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.host.seeding import write_initial_weights_checksum
 from asyncrl.runtime.plumbing.channels import Channels, Empty, Full, report
+from asyncrl.runtime.plumbing.liveness import busy_beating
 from asyncrl.runtime.roles.process import init_child
 from asyncrl.runtime.stages.learner_state import (
     NONFINITE_LIMIT,
@@ -58,7 +59,9 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     env_steps, run_state = start.env_steps, start.run
     group = _join(ranks, learner, channels)
     publishers = [_publish_first(cfg, m, w, checksum=p == 0) for p, (m, w) in enumerate(zip(learners, weights))]
-    if not _warm_up(learners, channels):  # the workers sample the first batch meanwhile (weights are published)
+    with busy_beating(channels.live, "beat_learner", 0):
+        warm = _warm_up(learners, channels)
+    if not warm:  # the workers sample the first batch meanwhile (weights are published)
         return  # reported as fatal; the runner has stopped the run
     report(channels, "ready", 0, {"version": learner.version, "env_steps": env_steps, "run": run_state,
                                   "stats": list(learner.stat_names),

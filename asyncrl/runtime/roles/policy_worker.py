@@ -21,6 +21,7 @@ from asyncrl.runtime.host.devices import resolve_device
 from asyncrl.runtime.host.seeding import make_deterministic
 from asyncrl.runtime.plumbing.channels import Channels, Empty, report
 from asyncrl.runtime.plumbing.interval_stats import IntervalStats
+from asyncrl.runtime.plumbing.liveness import busy_beating
 from asyncrl.runtime.plumbing.weights import WeightsReader
 from asyncrl.runtime.roles.process import init_child
 from asyncrl.runtime.stages.inference import InferenceStage
@@ -65,7 +66,8 @@ def compiled_actors(index: int, cfg: Config, spec: EnvSpec, models: list[torch.n
         report(channels, "info", index, {"message": f"compiling the policy's act for {actors[0].sizes} rows "
                                                     f"(cache {cache_dir()})..."})
     try:
-        seconds = sum(a.warm_up() for a in actors)
+        with busy_beating(channels.live, "beat_policy", index):
+            seconds = sum(a.warm_up() for a in actors)
     except CompileError as exc:
         channels.reports.put(("fatal", index, time.time(), {"message": str(exc), "hint": False, "exit_code": 2}),
                              timeout=10)

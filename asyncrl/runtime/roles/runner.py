@@ -41,6 +41,7 @@ from asyncrl.runtime.store.run_dir import prepare_run_dir
 from asyncrl.system import available_memory
 
 SHUTDOWN_TIMEOUT_S = 8.0
+READY_TIMEOUT_S = 300.0  # the learner reports ready within this long (a compile in progress extends it)
 
 
 def _child_main(module: str, function: str, *args) -> None:
@@ -178,9 +179,14 @@ class Runner:
                         self.cfg, self.spec, self.weights[0], self.channels, self.book.evaluation.request)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 300
+        """Until the learner reports ready: at most READY_TIMEOUT_S, counted again each time a process busy with a
+        compile (`busy_beating`) shows it is still at it."""
+        busy = self.channels.live["busy"]
+        seen, deadline = int(busy[0]), time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and self.book.stop_reason is None:
             self.supervisor.check()  # restarts dead workers; RunError if the run cannot go on
+            if int(busy[0]) != seen:
+                seen, deadline = int(busy[0]), time.monotonic() + READY_TIMEOUT_S
             try:
                 kind, _, _, payload = self.channels.reports.get(timeout=0.1)
             except Empty:
@@ -198,7 +204,7 @@ class Runner:
                 return
             self._handle(kind, payload)
         if self.book.stop_reason is None:
-            raise RunError("the learner did not start within 300 s")
+            raise RunError(f"the learner did not start within {READY_TIMEOUT_S:.0f} s")
 
     def _publish_step_budget(self) -> None:
         """The agent steps left to --frames, for the rollout workers to report at once when they are taken (in
@@ -230,7 +236,8 @@ class Runner:
             if not first_frames and self.totals.env_steps > start_steps:
                 first_frames = True
                 self.out(f"first frames {time.time() - self.t_launch:.1f} s after start", flush=True)
-            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version),
+            self.supervisor.check(progress=(self.totals.env_steps, self.totals.policy_version,
+                                            int(self.channels.live["busy"][0])),
                                   env_errors=(self.totals.env_steps, self.totals.env_errors))
             now = time.monotonic()
             if book.report_due(now):
