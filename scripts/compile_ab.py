@@ -49,6 +49,7 @@ def main() -> None:
             rec = bench(bench_args, flags)
             records[name].append(rec)
             print(f"round {r + 1} {name}: {rec['sps']:,.0f} agent steps/s, first frames {rec.get('startup_s')} s, "
+                  f"compile {rec.get('compile_s') or '-'} s, "
                   f"load {rec['load_before']:.1f}-{rec['load_after']:.1f}", flush=True)
     med = {name: statistics.median(x["sps"] for x in recs) for name, recs in records.items()}
     for name, recs in records.items():

@@ -206,3 +206,12 @@ def test_a_graph_break_is_a_one_line_compile_error_not_a_silent_fallback() -> No
     with pytest.raises(CompileError, match="^--compile: torch.compile cannot take a test function") as info:
         first_call("a test function", lambda: compiled(torch.zeros(2)))
     assert "\n" not in str(info.value)
+
+
+def test_the_bench_record_reads_the_compile_time_from_the_trainers_log() -> None:
+    from asyncrl.bench.trainer import compile_seconds
+
+    log = ("asyncrl: compiling the learner's update (cache /c)...\nasyncrl: learner's update compiled in 21.4 s\n"
+           "asyncrl: policy worker 0: act compiled in 3.5 s\nasyncrl: policy worker 1: act compiled in 9.9 s\n")
+    assert compile_seconds(log) == 24.9  # the learner and one policy worker (they compile side by side)
+    assert compile_seconds("first frames 2.1 s after start\n") is None

@@ -113,7 +113,8 @@ def run_trainer(s: BenchSettings, remote: bool = False) -> dict[str, Any]:
                 warmup, *windows = _wait_for_windows(proc, s, metrics, log_path, started, remote)
             finally:
                 _stop(proc)
-        first_frames = re.search(r"first frames ([0-9.]+) s", log_path.read_text(errors="replace"))
+        log = log_path.read_text(errors="replace")
+        first_frames = re.search(r"first frames ([0-9.]+) s", log)
         busiest = max(windows, key=lambda w: w["sps"])
         return make_record(
             s, [w["sps"] for w in windows], round(busiest["fps"] / busiest["sps"]) if busiest["sps"] else 1,
@@ -126,10 +127,17 @@ def run_trainer(s: BenchSettings, remote: bool = False) -> dict[str, Any]:
             policy_lag_mean=median_of([w.get("policy_lag_mean") for w in windows]),
             stale_share=stale_share(warmup, windows) if s.mode == "train" else None,
             startup_s=float(first_frames.group(1)) if first_frames else None,
+            compile_s=compile_seconds(log),
             trainer_args=[*s.trainer_args(), "--report-interval", str(s.window_s)],
         )
     finally:
         shutil.rmtree(train_dir, ignore_errors=True)
+
+
+def compile_seconds(log: str) -> float | None:
+    """--compile: the seconds the learner's update and policy worker 0's act took to compile (None: eager)."""
+    found = [float(x) for x in re.findall(r"(?:learner's update|policy worker 0: act) compiled in ([0-9.]+) s", log)]
+    return round(sum(found), 1) if found else None
 
 
 def _wait_for_windows(proc: subprocess.Popen, s: BenchSettings, metrics: Path, log_path: Path,
