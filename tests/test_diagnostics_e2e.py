@@ -82,10 +82,12 @@ def test_slow_env_is_environment_bound(slow_run) -> None:
 
 
 def test_big_model_on_tiny_env_is_training_bound(tmp_path) -> None:
-    # Bounded by env steps (about 7 updates of 256), not wall-clock: on a busy machine it just takes longer. With
-    # 2,048 frames (was 4,096) on a machine loaded 15-20x, three runs read training-bound in 71, 106 and 94 of
-    # 71, 106 and 94 steady-state records (the first update alone took 9-30 s there).
-    proc, run_dir = train(tmp_path, "null", "--hidden-size", "2048", "--epochs", "4", "--frames", "2048",
+    # Bounded by env steps (about 11 updates of 256), not wall-clock: on a busy machine it just takes longer. With
+    # --hidden-size 2048 and 2,048 frames on a machine loaded 15-20x, three runs read training-bound in 71, 106 and 94
+    # of 71, 106 and 94 steady-state records (the first update alone took 9-30 s there). At 1,024 units and 3,072
+    # frames a run takes half the time (4.9 s against 9.9 s alone, 8.0-8.5 s against 15.4 s three at once) and
+    # read training-bound in every steady-state record: 3, 5, 4 and 5 of them (be09760, 2026-12-07).
+    proc, run_dir = train(tmp_path, "null", "--hidden-size", "1024", "--epochs", "4", "--frames", "3072",
                           seconds=None)
     assert proc.returncode == 0, proc.stderr
     counts = verdicts(read_metrics(run_dir))
@@ -94,11 +96,11 @@ def test_big_model_on_tiny_env_is_training_bound(tmp_path) -> None:
 
 
 def test_an_update_longer_than_the_stage_window_still_reads_training_bound() -> None:
-    """The big model above on a loaded machine (figures from such a run): an update takes 8-10 s, longer than the
-    5 s stage window, while the policy worker waits for a core most of the time (infer 0.8, of which 0.8 in the run
-    queue) and the rollout workers wait on both it and the slots. With no learner timings in the window the
-    verdict used to fall to the workers' shares (inference-bound, CPU-starved); the learner's shares of its newest
-    window stand until it reports again."""
+    """The big model above (at 2,048 units) on a loaded machine (figures from such a run): an update took 8-10 s,
+    longer than the 5 s stage window, while the policy worker waits for a core most of the time (infer 0.8, of which
+    0.8 in the run queue) and the rollout workers wait on both it and the slots. With no learner timings in the
+    window the verdict used to fall to the workers' shares (inference-bound, CPU-starved); the learner's shares of
+    its newest window stand until it reports again."""
     from asyncrl.diagnostics.aggregate import STAGE_WINDOW_S, Totals
     from asyncrl.diagnostics.bottleneck import classify
 
