@@ -135,6 +135,34 @@ def test_the_paths_are_captured_as_graphs_once() -> None:
     assert acting.frame_count == frames
 
 
+@pytest.mark.parametrize("rnn", ["none", "gru"])
+def test_the_warm_up_compiles_the_graph_real_minibatches_take(rnn: str) -> None:
+    """--compile learner warms up on a zero minibatch; the run's minibatches are column views of a whole batch
+    (other strides) and, recurrent, carry their stored initial states: they must find that graph, not compile
+    another (a cold recompile of a GRU on Pong took as long as the warm-up: 123 s)."""
+    cfg = Config(env="null", rnn=rnn, rnn_size=8, hidden_size=8, rollout=T, workers=1, envs_per_worker=2 * B,
+                 worker_splits=1, batch_size=T * 2 * B, minibatches=2, epochs=1, lr_schedule="constant",
+                 max_policy_lag=100)
+    torch.manual_seed(0)
+    learner = APPOLearner(cfg, VECTOR, torch.device("cpu"))
+    counter = CompileCounter()
+    learner.compiled, learner.forward_loss = True, compile_fn(forward_loss, backend=counter)
+    learner.warm_up()
+    assert counter.frame_count == 1
+    batch = random_batch(learner)  # T x B: columns of a 2B batch's layout below
+    whole = synthetic_batch(VECTOR, T, 2 * B, torch.device("cpu"), learner.model.state_layout() if rnn != "none"
+                            else None)
+    for name in ("obs", "actions", "behaviour_logp", "rewards", "terminated", "first"):
+        getattr(whole, name)[:, :B] = getattr(batch, name)
+        getattr(whole, name)[:, B:] = getattr(batch, name)
+    whole.truncated[:] = False
+    for k, v in (batch.initial_state or {}).items():
+        whole.initial_state[k][:B] = v
+        whole.initial_state[k][B:] = v
+    learner.train(whole, frames=0)
+    assert counter.frame_count == 1  # both minibatches ran the warm-up's graph
+
+
 def test_inductor_compiles_a_small_policy_to_eagers_greedy_actions() -> None:
     learner = appo(VECTOR, "none")
     model = learner.model.eval()
@@ -185,14 +213,15 @@ def test_bad_compile_settings_are_one_line(settings: dict, message: str) -> None
         Config(**{"env": "CartPole-v1", **settings}).resolve().validate()
 
 
-def test_a_compiled_cpu_learner_takes_every_core_unless_told() -> None:
+def test_a_cpu_learner_takes_every_core_with_batched_envs_unless_told() -> None:
     from asyncrl.runtime.host.cpus import default_learner_threads
     from asyncrl.runtime.stages.learner_state import learner_threads
 
     cpu = torch.device("cpu")
-    assert learner_threads(Config(compile="learner"), cpu) == default_learner_threads("cpu", 0)
-    assert learner_threads(Config(compile="all", learner_threads=1), cpu) == 1
-    assert learner_threads(Config(), cpu) == default_learner_threads("cpu", 1)
+    for compiled in ("none", "learner"):
+        assert learner_threads(Config(compile=compiled), cpu, batched=True) == default_learner_threads("cpu", 0)
+        assert learner_threads(Config(compile=compiled), cpu) == default_learner_threads("cpu", 1)
+    assert learner_threads(Config(compile="all", learner_threads=1), cpu, batched=True) == 1
 
 
 def test_a_graph_break_is_a_one_line_compile_error_not_a_silent_fallback() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -183,7 +184,9 @@ class APPOLearner:
             return None
         cfg = self.cfg
         columns = max(1, cfg.trajectories_per_batch * cfg.envs_per_split // max(cfg.minibatches, 1))
-        mb = synthetic_batch(self.spec, cfg.rollout, columns, self.device)
+        recurrent = isinstance(self.model, RecurrentActorCritic)  # real minibatches carry their initial states
+        mb = synthetic_batch(self.spec, cfg.rollout, columns, self.device,
+                             self.model.state_layout() if recurrent else None)
 
         def update() -> None:
             loss, _ = self._pure_forward(mb, mb.trainable(cfg.max_policy_lag), 1.0, None)
@@ -202,10 +205,12 @@ class APPOLearner:
         if isinstance(self.model, RecurrentActorCritic):
             state = dict(mb.initial_state or self.model.initial_state(mb.rewards.shape[1]))
         offset = torch.tensor(self.value_offset or 0.0, device=mb.rewards.device)
-        loss, stats, vs, kept = self.forward_loss(
+        # Contiguous, as the warm-up's zero batch is: a minibatch's columns are views with the whole batch's
+        # strides, and a compiled graph guards on strides (a cold recompile on the first real minibatch otherwise).
+        loss, stats, vs, kept = self.forward_loss(*map(_contiguous, (
             self.model, self.loss_settings, mb.obs, mb.actions, mb.behaviour_logp,
             mb.rewards / reward_scale if reward_scale != 1.0 else mb.rewards, mb.terminated, mask,
-            mb.cut_without_terminal(), final_values, has_final, offset, mb.first, state)
+            mb.cut_without_terminal(), final_values, has_final, offset, mb.first, state)))
         if on_targets is not None and vs is not None and kept is not None:
             on_targets(vs, kept)
         return loss, stats
@@ -354,3 +359,12 @@ class APPOLearner:
         if self.value_offset is not None:
             self.value_offset = float(state.get("value_offset", 0.0))
         load_rng_state(state)
+
+
+def _contiguous(x: Any) -> Any:
+    """Tensors (also inside a dict of observations or states) made contiguous; anything else as it is."""
+    if isinstance(x, torch.Tensor):
+        return x.contiguous()
+    if isinstance(x, dict):
+        return {k: _contiguous(v) for k, v in x.items()}
+    return x
