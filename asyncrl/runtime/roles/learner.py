@@ -49,7 +49,7 @@ def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[Sh
     runner's stop command."""
     weights = weights if isinstance(weights, list) else [weights]
     init_child("asyncrl-learner")
-    device = set_up_torch(cfg)
+    device = set_up_torch(cfg, spec.batched)
     learners = [make_learner(member_config(cfg, s), spec, device) for s in policy_settings(cfg)]
     learner = learners[0]
     weights, pool_blocks = weights[:cfg.num_policies], weights[cfg.num_policies:]  # --self-play: the snapshots

@@ -20,14 +20,19 @@ from asyncrl.runtime.store.checkpoint import CheckpointError, load_latest_checkp
 NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradient before the run stops
 
 
-def learner_threads(cfg: Config, device: torch.device) -> int:
-    """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.host.cpus`)."""
+def learner_threads(cfg: Config, device: torch.device, batched: bool = False) -> int:
+    """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.host.cpus`).
+
+    On the CPU with a `batched` env (a VectorEnv per split: sampling costs little beside the update) the learner
+    takes every core of the share; else it leaves one per policy worker, since a learner's OpenMP threads beside
+    busy rollout workers wait on each other at every op (Pong, 4 x 16 envs: 2 threads trained 4.8-10x slower
+    than 1 on a loaded machine; docs/performance.md)."""
     if cfg.deterministic:
         return 1
     if cfg.learner_threads:
         return cfg.learner_threads
-    if cfg.compile in ("learner", "all") and device.type == "cpu":  # the compiled update scales with threads:
-        return default_learner_threads(device.type, 0)  # every core (2.1x with 2 threads against 1, measured)
+    if batched and device.type == "cpu":
+        return default_learner_threads(device.type, 0)
     return default_learner_threads(device.type, cfg.policy_workers)
 
 
@@ -41,11 +46,11 @@ def read_resume_state(run_dir: str, warn) -> tuple[str, dict]:
     return load_latest_checkpoint(run_dir, map_location="cpu", set_aside=True, warn=warn)
 
 
-def set_up_torch(cfg: Config) -> torch.device:
-    """This process's device, threads, determinism, CUDA backends and seeds (initial weights and minibatch
-    order; a resume restores the saved generators)."""
+def set_up_torch(cfg: Config, batched: bool = False) -> torch.device:
+    """This process's device, threads (`learner_threads`), determinism, CUDA backends and seeds (initial weights
+    and minibatch order; a resume restores the saved generators)."""
     device = resolve_device(cfg.device)
-    torch.set_num_threads(learner_threads(cfg, device))
+    torch.set_num_threads(learner_threads(cfg, device, batched))
     if cfg.deterministic:
         make_deterministic()
     configure_cuda_backends(device, cfg.deterministic)

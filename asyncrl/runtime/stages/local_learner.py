@@ -34,7 +34,7 @@ class LocalLearner:
 
     def __init__(self, cfg: Config, spec: EnvSpec, book: RunBook, out: Callable[..., None]):
         self.cfg, self.spec, self.book, self.out = cfg, spec, book, out
-        self.device = set_up_torch(cfg)  # threads, determinism, seeds: as the learner process sets them
+        self.device = set_up_torch(cfg, spec.batched)  # threads, determinism, seeds: as the learner process sets them
         self.learner = learner = make_learner(cfg, spec, self.device)
         self._warm_up()
         self.resumed_run = self._resume() if cfg.resume else {}
