@@ -44,7 +44,8 @@ def built_weights(train_dir: Path, experiment: str, seed: int) -> str:
     threads, py_state, np_state = torch.get_num_threads(), random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
-            learner = make_learner(cfg, make_env_spec(cfg), set_up_torch(cfg))
+            spec = make_env_spec(cfg)
+            learner = make_learner(cfg, spec, set_up_torch(cfg, spec.batched))
             flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in flat_state(learner.policy_module())])
     finally:
         torch.set_num_threads(threads)
