@@ -213,14 +213,14 @@ def test_bad_compile_settings_are_one_line(settings: dict, message: str) -> None
         Config(**{"env": "CartPole-v1", **settings}).resolve().validate()
 
 
-def test_a_cpu_learner_takes_every_core_with_batched_envs_unless_told() -> None:
+def test_a_compiled_cpu_learner_takes_every_core_with_batched_envs_unless_told() -> None:
     from asyncrl.runtime.host.cpus import default_learner_threads
     from asyncrl.runtime.stages.learner_state import learner_threads
 
     cpu = torch.device("cpu")
-    for compiled in ("none", "learner"):
-        assert learner_threads(Config(compile=compiled), cpu, batched=True) == default_learner_threads("cpu", 0)
-        assert learner_threads(Config(compile=compiled), cpu) == default_learner_threads("cpu", 1)
+    assert learner_threads(Config(compile="learner"), cpu, batched=True) == default_learner_threads("cpu", 0)
+    assert learner_threads(Config(compile="learner"), cpu) == default_learner_threads("cpu", 1)  # per-env workers
+    assert learner_threads(Config(), cpu, batched=True) == default_learner_threads("cpu", 1)  # eager
     assert learner_threads(Config(compile="all", learner_threads=1), cpu, batched=True) == 1
 
 

@@ -73,7 +73,7 @@ def test_a_frames_stop_trains_the_whole_batches_already_collected(drain: bool, t
     from asyncrl.runtime.store.checkpoint import load_latest_checkpoint
 
     # one learner thread: a learner forked from this test process (which may have run torch's OpenMP pool in
-    # earlier tests; the runner never has) must not start a pool of its own, as batched CartPole's default would
+    # earlier tests; the runner never has) must not start a pool of its own
     cfg = config_from_flags(env="CartPole-v1", workers=1, envs_per_worker=ENVS, worker_splits=1, rollout=8,
                             batch_size=64, device="cpu", train_dir=str(tmp_path), experiment="drain",
                             learner_threads=1)

@@ -23,15 +23,16 @@ NONFINITE_LIMIT = 5  # consecutive optimizer steps with a NaN/Inf loss or gradie
 def learner_threads(cfg: Config, device: torch.device, batched: bool = False) -> int:
     """--learner-threads, or for 0 the usable cores' share of this rank (a few on CUDA: `asyncrl.runtime.host.cpus`).
 
-    On the CPU with a `batched` env (a VectorEnv per split: sampling costs little beside the update) the learner
-    takes every core of the share; else it leaves one per policy worker, since a learner's OpenMP threads beside
-    busy rollout workers wait on each other at every op (Pong, 4 x 16 envs: 2 threads trained 4.8-10x slower
-    than 1 on a loaded machine; docs/performance.md)."""
+    On the CPU the learner leaves one core per policy worker: its OpenMP threads beside busy workers wait on each
+    other at every op (2 threads trained Pong 4.8-10x and the README's CartPole 1.5x slower than 1). A compiled
+    learner with a `batched` env (a VectorEnv per split, the update nearly all of the work) takes every core: its
+    update scales with threads (x1.63 against eager with 2, x1.14 with 1, at 4,096 CartPole envs;
+    docs/performance.md)."""
     if cfg.deterministic:
         return 1
     if cfg.learner_threads:
         return cfg.learner_threads
-    if batched and device.type == "cpu":
+    if batched and device.type == "cpu" and cfg.compile in ("learner", "all"):
         return default_learner_threads(device.type, 0)
     return default_learner_threads(device.type, cfg.policy_workers)
 
