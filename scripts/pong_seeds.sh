@@ -3,6 +3,11 @@
 # at nice 19, then asyncrl-compare (IQM and interval, frames to +18 and +20) over the seeds (docs/results.md).
 #
 #   scripts/pong_seeds.sh [OUT] [SEEDS...]    # default runs/pong_seeds, seeds 0 1 2
+#
+# nice 19 yields only to processes of its own autogroup (one per session): to leave the CPU to other sessions'
+# work, start it in a session of its own and lower that group too:
+#   setsid scripts/pong_seeds.sh runs/pong_seeds > pong_seeds.log 2>&1 & echo 19 > /proc/$!/autogroup
+# A seed whose run directory has stopped.json is skipped: delete a stopped partial run to train that seed again.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${BIN:-$ROOT/.venv/bin}"

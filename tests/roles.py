@@ -7,6 +7,9 @@ import importlib
 import multiprocessing as mp
 from collections.abc import Iterable
 
+from asyncrl.config import Config
+from asyncrl.runtime.plumbing.channels import Channels
+from asyncrl.runtime.plumbing.trajectories import num_slots
 from asyncrl.runtime.plumbing.wiring import RunWiring
 
 
@@ -32,3 +35,12 @@ def stop_roles(wiring: RunWiring, children: list[mp.Process]) -> None:
             child.kill()
             child.join()
     wiring.close()
+
+
+def supervised_channels(policy_workers: int, hang_timeout: float) -> tuple[Config, Channels]:
+    """A tiny CartPole configuration with `policy_workers` and `hang_timeout`, and channels for it: what a test
+    needs to judge hand-made processes with the runner's own Supervisor."""
+    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
+                 minibatches=1, policy_workers=policy_workers, hang_timeout=hang_timeout)
+    cfg.validate()
+    return cfg, Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)

@@ -7,11 +7,9 @@ import multiprocessing as mp
 import signal
 import time
 
-from asyncrl.config import Config
-from asyncrl.runtime.plumbing.channels import Channels
 from asyncrl.runtime.plumbing.liveness import busy_beating
-from asyncrl.runtime.plumbing.trajectories import num_slots
 from asyncrl.runtime.recovery.supervisor import Supervisor
+from tests.roles import supervised_channels
 
 LIMIT_S = 0.5  # --hang-timeout: a process silent for 0.5 s is hung, a run still for 1 s stalled
 BUSY_S = 3.0  # the step outlasts both several times over
@@ -30,10 +28,7 @@ def _busy_then_blocked(live) -> None:
 
 
 def test_a_busy_process_is_alive_and_the_run_moving_until_it_stops_beating() -> None:
-    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
-                 minibatches=1, policy_workers=1, hang_timeout=LIMIT_S)
-    cfg.validate()
-    channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+    cfg, channels = supervised_channels(policy_workers=1, hang_timeout=LIMIT_S)
     live, lines, respawned = channels.live, [], []
     procs = {"policy-0": FORK.Process(target=_busy_then_blocked, args=(live,), daemon=True)}
     supervisor = Supervisor(cfg, channels, procs, respawned.append, out=lambda *a, **k: lines.append(a[0]))

@@ -10,11 +10,9 @@ import time
 
 import pytest
 
-from asyncrl.config import Config
-from asyncrl.runtime.plumbing.channels import Channels
-from asyncrl.runtime.plumbing.trajectories import num_slots
 from asyncrl.runtime.recovery.starvation import StarvationWatch, stale, starved, thread_run_queue_delays
 from asyncrl.runtime.recovery.supervisor import STALL_FACTOR, RunError, Supervisor
+from tests.roles import supervised_channels
 
 LIMIT_S = 1.5  # --hang-timeout
 BURN_S = 0.06  # CPU time between two beats of the starved process: several seconds at nice 19 beside 3 hogs
@@ -55,10 +53,7 @@ def _asleep(cpu: int, beats) -> None:
 
 
 def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() -> None:
-    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
-                 minibatches=1, policy_workers=2, hang_timeout=LIMIT_S)
-    cfg.validate()
-    channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+    cfg, channels = supervised_channels(policy_workers=2, hang_timeout=LIMIT_S)
     beats, lines = channels.live["beat_policy"], []
     cpu = min(os.sched_getaffinity(0))
     hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(3)]
@@ -186,13 +181,10 @@ def test_a_run_stalled_by_starvation_waits_and_a_stalled_run_stops() -> None:
     """The run-level stall (no env step, no update for STALL_FACTOR hang timeouts) also excuses the time its
     processes waited for a core: a run whose only process is starved beside three hogs goes on (noted once), a
     run whose process is alive and idle stops on time, and before the run's first move the startup grace holds."""
-    cfg = Config(env="CartPole-v1", workers=1, envs_per_worker=2, worker_splits=1, rollout=4, batch_size=8,
-                 minibatches=1, policy_workers=1, hang_timeout=LIMIT_S)
-    cfg.validate()
     stall_s = STALL_FACTOR * LIMIT_S
     cpu = min(os.sched_getaffinity(0))
     for starving in (True, False):
-        channels = Channels.create(cfg.workers, num_slots(cfg), cfg.policy_workers)
+        cfg, channels = supervised_channels(policy_workers=1, hang_timeout=LIMIT_S)
         beats, lines = channels.live["beat_policy"], []
         target, args = (_starved, (cpu, beats)) if starving else (_alive_but_idle, (beats,))
         procs = {"policy-0": FORK.Process(target=target, args=args, daemon=True)}

@@ -26,8 +26,8 @@ def learner_threads(cfg: Config, device: torch.device, batched: bool = False) ->
     On the CPU the learner leaves one core per policy worker: its OpenMP threads beside busy workers wait on each
     other at every op (2 threads trained Pong 4.8-10x and the README's CartPole 1.5x slower than 1). A compiled
     learner with a `batched` env (a VectorEnv per split, the update nearly all of the work) takes every core: its
-    update scales with threads (x1.63 against eager with 2, x1.14 with 1, at 4,096 CartPole envs;
-    docs/performance.md)."""
+    update scales with threads (at 4,096 CartPole envs, against the eager default, x1.63 with 2 threads and x1.14
+    with 1 on a busy machine; x1.42 with 2 on a quiet one: docs/performance.md)."""
     if cfg.deterministic:
         return 1
     if cfg.learner_threads:
