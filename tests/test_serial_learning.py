@@ -17,13 +17,29 @@ SOLVED = 475.0  # the README's figure for `asyncrl-train --env CartPole-v1 --fra
 HOLD, HELD = 20_000, 400.0  # reached, then kept: 40 more episodes at most, the 100-episode mean never below HELD
 
 
-def test_serial_batches_are_acted_on_two_versions_behind(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code = train_main(["--env", "CartPole-v1", "--serial", "--frames", "40000", "--report-interval", "0.2",
-                       "--train-dir", str(tmp_path), "--experiment", "lag"])
-    assert code == 0, capsys.readouterr().err[-2000:]
-    records = read_metrics(str(tmp_path / "lag"))
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], list[dict]]:
+    """The README's CartPole command, serially, seed 3 (whose lag-0 serial run stayed below 264): stopped HOLD env
+    steps after the mean return first reaches the README's 475 (else at --frames). Its records (every 0.2 s) and
+    those from the first at SOLVED on; both the lag check and the learning check read this one run."""
+    tmp_path = tmp_path_factory.mktemp("serial")
+    reached: list[dict] = []
+
+    def held(record: dict) -> bool:
+        if record["event"] == "metrics" and (reached or (record["episode_return_mean"] or 0) >= SOLVED):
+            reached.append(record)
+        return not (reached and reached[-1]["env_steps"] - reached[0]["env_steps"] >= HOLD)
+
+    result = asyncrl.train(env="CartPole-v1", serial=True, frames=300_000, seed=3, report_interval=0.2,
+                           train_dir=str(tmp_path), experiment="readme", callbacks=[held])
+    assert result.exit_code == 0
+    return read_metrics(str(tmp_path / "readme")), reached
+
+
+def test_serial_batches_are_acted_on_two_versions_behind(readme_run: tuple[list[dict], list[dict]]) -> None:
+    records = readme_run[0]
     assert records[-1]["policy_version"] >= 15, records[-1]
-    # past batches 1-2 (lag 0, 1); the last record may hold only the batch trained at the --frames stop (lag 1)
+    # past batches 1-2 (lag 0, 1); the last record may hold only the batch trained at the stop (lag 1)
     steady = [r for r in records[:-1] if r["learner_updates"] and r["policy_version"] > 4]
     assert steady and {r["policy_lag_max"] for r in steady} == {2}, [r["policy_lag_max"] for r in steady]
     assert all(r["policy_lag_mean"] == 2.0 for r in steady), [r["policy_lag_mean"] for r in steady]
@@ -39,20 +55,11 @@ def test_lockstep_serial_batches_are_acted_on_by_the_newest_version(tmp_path: Pa
     assert len(records) >= 8 and {r["policy_lag_max"] for r in records} == {0}, records[-1:]
 
 
-def test_the_readme_cartpole_command_learns_serially(tmp_path: Path) -> None:
-    """Seed 3, whose lag-0 serial run stayed below 264: the mean return reaches the README's 475, and holds above
-    HELD for HOLD env steps more (then the run stops)."""
-    reached: list[dict] = []
-
-    def held(record: dict) -> bool:
-        if record["event"] == "metrics" and (reached or (record["episode_return_mean"] or 0) >= SOLVED):
-            reached.append(record)
-        return not (reached and reached[-1]["env_steps"] - reached[0]["env_steps"] >= HOLD)
-
-    result = asyncrl.train(env="CartPole-v1", serial=True, frames=300_000, seed=3, report_interval=1.0,
-                           train_dir=str(tmp_path), experiment="readme", callbacks=[held])
-    assert result.exit_code == 0
-    assert reached and reached[0]["env_steps"] <= 300_000, read_metrics(str(tmp_path / "readme"))[-1]
+def test_the_readme_cartpole_command_learns_serially(readme_run: tuple[list[dict], list[dict]]) -> None:
+    """The mean return reaches the README's 475, and holds above HELD for HOLD env steps more (then the run
+    stops)."""
+    records, reached = readme_run
+    assert reached and reached[0]["env_steps"] <= 300_000, records[-1]
     assert reached[-1]["env_steps"] - reached[0]["env_steps"] >= HOLD, [r["env_steps"] for r in reached]
     assert min(r["episode_return_mean"] for r in reached) >= HELD, [r["episode_return_mean"] for r in reached]
     print(f"\nserial CartPole-v1 seed 3: mean return {reached[0]['episode_return_mean']:.1f} at "

@@ -9,7 +9,6 @@ import os
 import pty
 import re
 import select
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,12 +28,14 @@ PROGRESS_LINE = re.compile(r"^\[\s*\d+s\] frames", re.MULTILINE)
 
 
 def in_a_terminal(args: list[str], timeout: float = 120.0) -> tuple[int, str]:
-    """`asyncrl-train ARGS` with stdout and stderr on a pseudo-terminal (140 x 50); its exit code and output."""
+    """`asyncrl-train ARGS` (a fork of the warm interpreter, `tests/launcher.py`) with stdout and stderr on a
+    pseudo-terminal (140 x 50); its exit code and output."""
     master, slave = pty.openpty()
+    terminal = Path(os.ttyname(slave))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "140", "LINES": "50"}
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli.train", *args], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
+    # The command opens the terminal by name as its stdout and stderr; this end stays open until it has ended, so
+    # the terminal never closes under it.
+    proc = launcher.popen("train", args, terminal, terminal, env=env, start_new_session=True)
     chunks, deadline = [], time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -42,16 +43,17 @@ def in_a_terminal(args: list[str], timeout: float = 120.0) -> tuple[int, str]:
             if ready:
                 try:
                     data = os.read(master, 65536)
-                except OSError:  # the terminal closed: the run ended
+                except OSError:  # the terminal closed
                     break
                 if not data:
                     break
                 chunks.append(data)
-            elif proc.poll() is not None:
+            elif proc.poll() is not None:  # ended, and all it wrote has been read
                 break
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         os.close(master)
+        os.close(slave)
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
             proc.wait()
