@@ -226,6 +226,8 @@ class Bridge:
                 ready = self._wait()
                 self._refresh_weights()
                 for ref in ready:
+                    if ref not in self.pending:  # a second call of a group that failed above: _failed let it go
+                        continue
                     group, slots = self.pending.pop(ref)
                     try:
                         shipment = self.ray.get(ref)
