@@ -67,8 +67,9 @@ def held(record):
     return not (first and record["env_steps"] - first[0] >= {hold})
 
 
+# That importing asyncrl leaves torch out is test_import_stays_light_and_an_unsafe_fork_is_refused's check, in a fresh
+# interpreter: this script runs as a fork of the tests' warm interpreter, which has imported torch.
 if __name__ == "__main__":
-    assert "torch" not in sys.modules  # importing asyncrl leaves torch out
     result = asyncrl.train(env="CartPole-v1", env_vectorization="loop", frames={frames}, config=sys.argv[2],
                            train_dir=sys.argv[1], eval_every={eval_every}, eval_episodes={eval_episodes},
                            experiment="cp", callbacks=[held])
@@ -86,15 +87,15 @@ class TrainedRun:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
-    """One CartPole run through asyncrl.train() in a script, shared by the tests of this module."""
+    """One CartPole run through asyncrl.train() in a script, shared by the tests of this module: `python SCRIPT` as
+    a fork of the warm interpreter (tests/launcher.py), which saves a fresh interpreter's imports."""
     root = tmp_path_factory.mktemp("api")
     script = root / "train_cartpole.py"
     script.write_text(SCRIPT.format(frames=FRAMES, solved=SOLVED, hold=HOLD, eval_every=EVAL_EVERY,
                                     eval_episodes=EVAL_EPISODES))
     settings = root / "settings.yaml"
     settings.write_text("report-interval: 1\n")  # a config file alongside the keyword flags
-    proc = subprocess.run([sys.executable, str(script), str(root / "train"), str(settings)], capture_output=True,
-                          text=True, timeout=600, cwd=root)
+    proc = launcher.run(f"{launcher.SCRIPT}{script}", [str(root / "train"), str(settings)], cwd=root, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
