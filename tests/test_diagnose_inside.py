@@ -3,9 +3,7 @@ policy's encoder and core do over an episode, and where a Doom policy's shots go
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.models.actor_critic import build_model
 from asyncrl.runtime.store.checkpoint import save_checkpoint
+from tests import launcher
 from tests.conftest import run_cli
 
 TINY_GRU = ["--env", "CartPole-v1", "--rnn", "gru", "--rnn-size", "32", "--workers", "1", "--envs-per-worker", "4",
@@ -22,10 +21,9 @@ TINY_GRU = ["--env", "CartPole-v1", "--rnn", "gru", "--rnn-size", "32", "--worke
 
 
 def diagnose(*args: str) -> subprocess.CompletedProcess[str]:
-    """The installed `asyncrl-diagnose`, or its module when the scripts are not on disk."""
-    script = os.path.join(os.path.dirname(sys.executable), "asyncrl-diagnose")
-    command = [script] if os.path.exists(script) else [sys.executable, "-m", "asyncrl.cli.diagnose"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=180)
+    """`asyncrl-diagnose ARGS` in a process of its own: a fork of the tests' warm interpreter (tests/launcher.py)
+    that runs the console script's entry, without paying torch's import again in each of the seven commands."""
+    return launcher.run("diagnose", list(args), timeout=180)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:

@@ -4,15 +4,13 @@ refusals that need no cluster."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("ray")
 import torch  # noqa: E402
 
 from asyncrl.bench.ray_cluster import LocalCluster  # noqa: E402
+from tests import launcher  # noqa: E402
 from tests.conftest import read_metrics, run_cli, start_train, wait_for  # noqa: E402
 
 SMALL = ["--env", "CartPole-v1", "--envs-per-worker", "8", "--worker-splits", "2", "--rollout", "16",
@@ -48,10 +46,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_ray_missing_names_the_extra(tmp_path):
-    code = ("import sys; sys.modules['ray'] = None; from asyncrl.cli.console import train; "
-            f"sys.argv = ['asyncrl-train', '--env', 'CartPole-v1', '--remote-workers', '1', '--ray', '127.0.0.1:1', "
-            f"'--train-dir', {str(tmp_path)!r}]; train()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # `python SCRIPT` as a fork of the tests' warm interpreter (tests/launcher.py), which has not imported ray
+    script = tmp_path / "no_ray.py"
+    script.write_text("import sys; sys.modules['ray'] = None; from asyncrl.cli.console import train; "
+                      f"sys.argv = ['asyncrl-train', '--env', 'CartPole-v1', '--remote-workers', '1', '--ray', "
+                      f"'127.0.0.1:1', '--train-dir', {str(tmp_path)!r}]; train()\n")
+    proc = launcher.run(f"{launcher.SCRIPT}{script}", [], timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "pip install -e '.[ray]'" in proc.stderr, proc.stderr
 
