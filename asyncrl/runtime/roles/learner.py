@@ -2,7 +2,8 @@
 
 Process loop: take `trajectories_per_batch` full slot indices, copy the slots out of shared memory (then
 hand the slots straight back to the rollout workers), `train` on them, then publish the learner's
-`policy_module()` as its new policy version; also checkpoints, resume and the stop on non-finite updates.
+`policy_module()` as its new policy version. An update waits while it would make a slot that a rollout worker is
+still filling staler than `--max-policy-lag` (`LagGate`); also checkpoints, resume and the stop on non-finite updates.
 What an update does is the learner's own business (`asyncrl.agents`); this file is only process plumbing.
 """
 
@@ -22,6 +23,7 @@ from asyncrl.runtime.distributed.group import Group, join_group
 from asyncrl.runtime.distributed.rank import DataParallel
 from asyncrl.runtime.host.seeding import write_initial_weights_checksum
 from asyncrl.runtime.plumbing.channels import Channels, Empty, Full, report
+from asyncrl.runtime.plumbing.lag_gate import LagGate
 from asyncrl.runtime.plumbing.liveness import busy_beating
 from asyncrl.runtime.roles.process import init_child
 from asyncrl.runtime.stages.learner_state import (
@@ -41,6 +43,8 @@ from asyncrl.shm import SharedArrays, SharedWeights
 __all__ = ["LearnerLoop", "NONFINITE_LIMIT", "ResumeError", "Resumed", "SnapshotPool", "WeightsPublisher",
            "learner_threads", "load_resume_state", "nonfinite_message", "read_resume_state", "run_learner",
            "set_up_torch"]
+
+GATE_POLL_S = 0.002  # how often a held update looks again at the slots still filling (`LagGate`)
 
 def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[SharedWeights] | SharedWeights,
                 channels: Channels, ranks: DataParallel | None = None) -> None:
@@ -226,6 +230,7 @@ class LearnerLoop:
             self.stage.after_update = pool.after_update
         self.pending: list[int] = []
         self.t_wait, self.fed = 0.0, False
+        self.gate = LagGate(cfg, traj, channels.live)
 
     def run(self) -> None:
         while True:
@@ -238,6 +243,8 @@ class LearnerLoop:
                 continue
             if not self.cfg.train:
                 self._recycle_untrained()
+                continue
+            if self.gate.active and not self._gate_open():
                 continue
             batch = self._update()
             diverged = next((m for m in self.learners if m.nonfinite_streak >= NONFINITE_LIMIT), None)
@@ -272,7 +279,9 @@ class LearnerLoop:
         k = self.cfg.trajectories_per_batch
         while True:
             try:
-                self.pending.extend(self.channels.full.get_many(block=False, max_messages_to_get=k - len(self.pending)))
+                if len(self.pending) < k:
+                    self.pending.extend(self.channels.full.get_many(block=False,
+                                                                    max_messages_to_get=k - len(self.pending)))
             except Empty:
                 return
             if len(self.pending) >= k:
@@ -283,6 +292,8 @@ class LearnerLoop:
     def _collect(self) -> bool:
         """Take full slots off the queue for a short while; True once a whole batch is pending."""
         k = self.cfg.trajectories_per_batch
+        if len(self.pending) >= k:  # held by the lag gate
+            return True
         t0 = time.monotonic()
         try:
             self.pending.extend(self.channels.full.get_many(timeout=0.05, max_messages_to_get=k - len(self.pending)))
@@ -292,6 +303,21 @@ class LearnerLoop:
         self.t_wait += (time.monotonic() - t0) if self.fed else 0.0
         self.fed = True
         return len(self.pending) >= k
+
+    def _gate_open(self) -> bool:
+        """Whether the next update may go (`LagGate`): the oldest slots held go first, with any that came in while the
+        update was held; otherwise wait a moment (counted as waiting for trajectories)."""
+        try:
+            self.pending.extend(self.channels.full.get_many(block=False))
+        except Empty:
+            pass
+        self.pending = self.gate.oldest_first(self.pending)
+        if self.gate.ready(self.learner.version, self.pending[:self.cfg.trajectories_per_batch]):
+            return True
+        t0 = time.monotonic()
+        time.sleep(GATE_POLL_S)
+        self.t_wait += time.monotonic() - t0
+        return False
 
     def _recycle_untrained(self) -> None:
         """Sampling-only run: hand the trajectories back untouched."""
@@ -304,23 +330,26 @@ class LearnerLoop:
     def _update(self) -> Batch:
         """Copy the pending slots out, train on them, agree with the other ranks, publish and report."""
         t1 = time.monotonic()
-        batch = self.stage.gather(self.pending)
+        k = self.cfg.trajectories_per_batch
+        slots, self.pending = self.pending[:k], self.pending[k:]  # more than k only when the lag gate took them
+        batch = self.stage.gather(slots)
+        if self.gate.active:
+            self.gate.taken(slots)
         if not self.cfg.deterministic:  # hand the slots straight back; in lockstep only after publishing (below)
-            self.channels.give_back(self.pending)
+            self.channels.give_back(slots)
         for stats in self.stage.train(batch, {"t_wait": self.t_wait, "t_copy": time.monotonic() - t1}):
             report(self.channels, "learner", stats.get("policy", 0), stats)
         self.t_wait = 0.0
-        self._release_lockstep()
-        self.pending = []
+        self._release_lockstep(slots)
         return batch
 
-    def _release_lockstep(self) -> None:
+    def _release_lockstep(self, slots: list[int]) -> None:
         """Lockstep (--deterministic): the next batch is collected by the version just published, and its rollout
         reports reach the runner after this update's report. At --frames the slots are kept, so no update follows
         the one the runner stops on and the final checkpoint is the same in every run."""
         cfg = self.cfg
         if cfg.deterministic and not (cfg.frames and self.stage.collected * self.spec.frameskip >= cfg.frames):
-            self.channels.give_back(self.pending)
+            self.channels.give_back(slots)
 
 
 def _stop_nonfinite(channels: Channels, learner: Learner, batch: Batch) -> None:
