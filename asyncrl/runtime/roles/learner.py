@@ -46,6 +46,7 @@ __all__ = ["LearnerLoop", "NONFINITE_LIMIT", "ResumeError", "Resumed", "Snapshot
 
 GATE_POLL_S = 0.002  # how often a held update looks again at the slots still filling (`LagGate`)
 
+
 def run_learner(cfg: Config, spec: EnvSpec, traj: SharedArrays, weights: list[SharedWeights] | SharedWeights,
                 channels: Channels, ranks: DataParallel | None = None) -> None:
     """The learner process: build the learner (one per policy with --num-policies; resumed, and under torchrun
