@@ -12,7 +12,7 @@ from asyncrl.config import Config
 from asyncrl.envs.registry import make_env_spec
 from asyncrl.runtime.plumbing import lag_gate
 from asyncrl.runtime.plumbing.lag_gate import LagGate
-from asyncrl.runtime.plumbing.liveness import NO_OWNER, allocate_liveness
+from asyncrl.runtime.plumbing.liveness import NO_OWNER, allocate_liveness, release_slots
 from asyncrl.runtime.plumbing.trajectories import allocate_trajectories, local_slots, num_slots
 
 
@@ -59,3 +59,15 @@ def test_an_update_waits_for_a_slot_it_would_make_too_stale_and_trains_the_oldes
 def test_the_gate_is_off_where_staleness_is_asked_for_or_counted_otherwise(blocks, change) -> None:
     cfg, traj, live = blocks
     assert not LagGate(dataclasses.replace(cfg, **change), traj, live).active
+
+
+def test_a_slot_lost_with_a_dead_worker_holds_no_update(blocks) -> None:
+    """A worker that dies handing a begun slot over may lose it (a spare replaces it): the supervisor's release
+    clears the slot's mark, so no update waits on a slot that will never come."""
+    cfg, traj, live = blocks
+    gate = LagGate(cfg, traj, live)
+    begin(traj, live, 0, 10)
+    live["transit"][1] = 0  # worker 1 died between clearing its ownership of slot 0 and queueing it
+    held, maybe_lost = release_slots(live, 1)
+    assert held == [] and maybe_lost
+    assert gate.ready(20, [])

@@ -10,7 +10,8 @@ One small anonymous shared block (inherited by every child, like the trajectory 
   for step t's actions; a policy worker serves a request only while `want[slot]` still equals its t, and sets
   `acted[slot] = t` once the actions are written; a rollout worker steps only when `acted[slot]` equals its
   t. So a request that is repeated (re-sent after a policy worker died) or stale (from a dead rollout worker)
-  is answered at most harmlessly, and a stale wake-up is ignored.
+  is answered at most harmlessly, and a stale wake-up is ignored. The learner clears `acted` of the slots it takes
+  for an update, so `acted[slot] >= 0` also marks a slot begun and not yet trained (`lag_gate.py`).
 - `transit[w]`: what rollout worker w is handing over: `TAKING` while it takes a slot off the free queue and
   records it as its own, the slot's index from clearing its ownership until it is on the full queue,
   `NO_TRANSIT` otherwise. A worker that dies with a transit may have lost that slot.
@@ -127,6 +128,8 @@ def release_slots(live: SharedArrays, worker: int) -> tuple[list[int], bool]:
     maybe_lost = transit == TAKING or (transit >= 0 and transit not in held)
     for name in ("slot_owner", "want", "acted"):
         live[name][held] = NO_OWNER
+    if transit >= 0:  # a slot lost on its way to the learner must not stay begun (the learner's lag gate waits on it)
+        live["acted"][transit] = NO_OWNER
     live["transit"][worker] = NO_TRANSIT
     return held.tolist(), maybe_lost
 
