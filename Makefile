@@ -22,14 +22,18 @@ $(TORCH_STAMP): FORCE
 
 EXTRAS := test,stats,export,doom,video,wandb,mujoco,gymnax,multiagent,ray,sweep,envpool
 
-# torch comes from pip, so pip's own configuration (find-links, indexes) picks its build; the rest goes in with uv
-# where uv installs (about 40 s against pip's 80 s on 2 cores: it unpacks and byte-compiles in parallel), else pip.
-$(STAMP): setup.cfg pyproject.toml Makefile $(TORCH_STAMP)
+# Everything goes in with uv where uv installs (it downloads, unpacks and byte-compiles in parallel), given pip's
+# find-links and constraints (scripts/uv_sources.py) so that torch is the build pip would pick; else with pip. With
+# TORCH_INDEX, pip installs torch from that index first and uv keeps it.
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+$(STAMP): setup.cfg pyproject.toml Makefile scripts/uv_sources.py $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q uv || true
-	{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e ".[$(EXTRAS)]"; } \
-		|| $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q --upgrade --index-url $(TORCH_INDEX) "$(TORCH_SPEC)")
+	{ test -x $(BIN)/uv && $(UV_INSTALL) $$($(BIN)/python scripts/uv_sources.py) \
+		$(if $(TORCH_INDEX),,"$(TORCH_SPEC)") -e ".[$(EXTRAS)]"; } \
+		|| { $(BIN)/python -m pip install -q --upgrade $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)" \
+		&& $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"; }
 	touch $(STAMP)
 
 lint: install

@@ -1,5 +1,5 @@
-"""Installing from a checkout: the wheel holds the package and its console scripts, and the Makefile reinstalls torch
-when TORCH_SPEC or TORCH_INDEX change."""
+"""Installing from a checkout: the wheel holds the package and its console scripts, the Makefile reinstalls torch
+when TORCH_SPEC or TORCH_INDEX change, and uv gets pip's sources."""
 
 from __future__ import annotations
 
@@ -84,3 +84,29 @@ def test_make_install_reinstalls_torch_when_its_spec_changes(tmp_path: Path) -> 
     assert "pip install -q --upgrade --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0+cu128" in calls
     assert (venv / ".torch-spec").read_text().split() == ["torch==2.13.0+cu128",
                                                           "https://download.pytorch.org/whl/cu128"]
+    # without an index and without uv (this venv has none), pip installs the spec from its own configuration
+    calls = make("TORCH_SPEC=torch==2.13.0+cpu")[len(calls):]
+    assert "pip install -q --upgrade torch==2.13.0+cpu" in calls and "--index-url" not in calls, calls
+    assert "scripts/uv_sources.py" not in calls  # uv's sources are asked for only where uv is there
+
+
+def test_uv_is_given_pips_find_links_and_constraints() -> None:
+    """`make install` hands uv the sources pip is configured with (scripts/uv_sources.py), so uv installs the
+    torch build pip would: the files of pip's find-links, under pip's constraints."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from uv_sources import uv_flags
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    listing = ("global.cert='/etc/ssl/certs/ca.crt'\n"
+               "global.constraint='/etc/pip/constraints.txt'\n"
+               "global.find-links='/opt/wheels /srv/more wheels'\n"
+               ":env:.find-links='/opt/wheels'\n"
+               "global.extra-index-url='file:///opt/pypi/simple'\n")
+    assert uv_flags(listing) == ["--constraint", "/etc/pip/constraints.txt", "--find-links", "/opt/wheels",
+                                 "--find-links", "/srv/more", "--find-links", "wheels"]
+    assert uv_flags("") == [] and uv_flags("global.timeout='60'\n") == []
+    # the script itself, against this machine's pip: one flag per value, each a known option
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "uv_sources.py")], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert len(out) % 2 == 0 and set(out[::2]) <= {"--find-links", "--constraint"}, out
