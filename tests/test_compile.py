@@ -33,7 +33,7 @@ TUPLE = EnvSpec("t", (3,), F32, gym.spaces.Tuple((gym.spaces.Discrete(3), gym.sp
                                                    gym.spaces.Box(-1.0, 1.0, (2,), np.float32))), 1)
 CASES = {"feed-forward": (VECTOR, "none"), "gru": (VECTOR, "gru"), "lstm": (VECTOR, "lstm"),
          "dict-masked": (MASKED, "none"), "tuple": (TUPLE, "none")}
-T, B = 3, 4  # 3 steps: traced, a recurrent core is unrolled step by step (5 took ~2.4 s more CPU a GRU case)
+T, B = 3, 4  # 3 steps: traced, recurrent cores and V-trace run step by step (5: ~1.5 s more CPU over the file)
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
