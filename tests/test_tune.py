@@ -76,7 +76,7 @@ def test_the_tuner_beats_a_bad_start_and_its_config_runs_with_the_dashboard(tmp_
     assert "winner #2" in out.read_text()  # the table is in the file, as comments
 
     # The file runs as asyncrl-train --config, on a terminal: the dashboard instead of the progress line.
-    code, screen = in_a_terminal(["--config", str(out), "--seconds", "3", "--report-interval", "1",
+    code, screen = in_a_terminal(["--config", str(out), "--seconds", "2", "--report-interval", "0.5",
                                   "--train-dir", str(tmp_path / "td"), "--experiment", "tuned"])
     assert code == 0, screen
     for part in ("steps/s", "frames/s", "time share per stage", "bottleneck:", "data in flight", "full queue",
