@@ -16,6 +16,7 @@ from tests.roles import supervised_channels
 
 LIMIT_S = 1.5  # --hang-timeout
 BURN_S = 0.06  # CPU time between two beats of the starved process: several seconds at nice 19 beside 3 hogs
+LOCK_HELD_S = LIMIT_S + 1.0  # how long the starved process holds the lock another one sleeps on, at least
 FORK = mp.get_context("fork")
 
 pytestmark = pytest.mark.skipif(not thread_run_queue_delays(os.getpid()),
@@ -34,15 +35,36 @@ def _hog(cpu: int) -> None:
         pass
 
 
-def _starved(cpu: int, beats) -> None:
-    """Policy worker 0's heartbeat: at once, then after every BURN_S of its own CPU time, at the lowest priority."""
+def _starved(cpu: int, beats, lock=None) -> None:
+    """Policy worker 0's heartbeat: at once, then after every BURN_S of its own CPU time, at the lowest priority.
+    With `lock`: holds it from before the first beat until its first turn on the core LOCK_HELD_S later (a starved
+    process inside a queue's lock)."""
+    if lock is not None:
+        lock.acquire()
     beats[0] = time.monotonic()
+    held_until = beats[0] + LOCK_HELD_S
     _pin(cpu, nice=19)
     while True:
         start = time.process_time()
         while time.process_time() - start < BURN_S:
-            pass
+            if lock is not None and time.monotonic() > held_until:
+                lock.release()
+                lock = None
         beats[0] = time.monotonic()
+
+
+def _waits_for_lock(cpu: int, beats, lock) -> None:
+    """Policy worker 2's heartbeat: once worker 0 holds the lock, then not while it sleeps on the lock (a futex, as
+    the learner on a queue's mutex that a starved rollout worker holds), then every 0.05 s."""
+    _pin(cpu)
+    while not beats[0]:
+        time.sleep(0.01)
+    beats[2] = time.monotonic()
+    with lock:
+        pass
+    while True:
+        beats[2] = time.monotonic()
+        time.sleep(0.05)
 
 
 def _asleep(cpu: int, beats) -> None:
@@ -53,12 +75,16 @@ def _asleep(cpu: int, beats) -> None:
 
 
 def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() -> None:
-    cfg, channels = supervised_channels(policy_workers=2, hang_timeout=LIMIT_S)
+    """Starved (policy-0) and asleep on a lock that the starved one holds (policy-2) are waited for; asleep for good
+    (policy-1) is killed on time."""
+    cfg, channels = supervised_channels(policy_workers=3, hang_timeout=LIMIT_S)
     beats, lines = channels.live["beat_policy"], []
     cpu = min(os.sched_getaffinity(0))
     hogs = [FORK.Process(target=_hog, args=(cpu,), daemon=True) for _ in range(3)]
-    procs = {"policy-0": FORK.Process(target=_starved, args=(cpu, beats), daemon=True),
-             "policy-1": FORK.Process(target=_asleep, args=(cpu, beats), daemon=True)}
+    lock = FORK.Lock()
+    procs = {"policy-0": FORK.Process(target=_starved, args=(cpu, beats, lock), daemon=True),
+             "policy-1": FORK.Process(target=_asleep, args=(cpu, beats), daemon=True),
+             "policy-2": FORK.Process(target=_waits_for_lock, args=(cpu, beats, lock), daemon=True)}
     respawned: list[str] = []
 
     def respawn(name: str) -> None:  # the runner's part: a fresh process that has not started its loop yet
@@ -77,20 +103,25 @@ def test_the_supervisor_waits_for_a_starved_process_and_kills_a_blocked_one() ->
             # written (a fresh-clone run lost policy-1's only beat that way and gave it the start-up grace)
             supervisor.spawned(name)
             proc.start()
-        oldest = 0.0
+        oldest = locked = 0.0
         deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline and (oldest < LIMIT_S + 1.5 or not respawned):
+        while time.monotonic() < deadline and (oldest < LIMIT_S + 1.5 or not respawned or locked <= LIMIT_S + 0.5
+                                               or time.monotonic() - beats[2] > 0.5):
             supervisor.check()  # it looks at most every 0.25 s
             if beats[0]:
                 oldest = max(oldest, time.monotonic() - beats[0])
+            if beats[2]:
+                locked = max(locked, time.monotonic() - beats[2])
             time.sleep(0.05)
         killed = [line for line in lines if "made no progress" in line]
         # the blocked one is named and killed on time; the starved one went past the limit without beating (the
-        # age alone would call it hung), is noted as starved and left running
+        # age alone would call it hung), is noted as starved and left running; so is the one asleep on its lock
         assert [line.split(" made")[0].split()[-1] for line in killed] == ["policy-1"], lines
         assert respawned == ["policy-1"] and not blocked.is_alive() and procs["policy-0"].is_alive()
         assert oldest > LIMIT_S + 1.5, (oldest, lines)
         assert any("policy-0 has not reported" in line and "starved, not hung" in line for line in lines), lines
+        assert locked > LIMIT_S + 0.5 and time.monotonic() - beats[2] < 1.0 and procs["policy-2"].is_alive(), locked
+        assert any("policy-2 has not reported" in line and "asleep on a lock" in line for line in lines), lines
     finally:
         everyone = [*hogs, blocked, *procs.values()]
         for p in everyone:

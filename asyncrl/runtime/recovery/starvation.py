@@ -6,8 +6,11 @@ lower priority than the work around it). Linux counts that time per thread (`/pr
 the run-queue delay), so the supervisor does not count it against the process: a heartbeat is stale when its
 age, less the longest run-queue wait of any of the process's threads since the beat went quiet, exceeds the
 limit. A process asleep forever (a deadlock, a blocked call) waits in no run queue and is caught on time; one
-spinning without beating still loses the time it ran. `STARVED_MAX_FACTOR` bounds the excuse. Where the kernel
-does not report run-queue delays nothing is excused. Torch-free.
+spinning without beating still loses the time it ran. One exception: a process asleep on a futex (a lock another
+process may hold, such as a queue's mutex taken by a starved rollout worker) is starved through that process, so
+the supervisor may excuse it by the waits of the run's other processes (`waits_on_a_futex`).
+`STARVED_MAX_FACTOR` bounds the excuse. Where the kernel does not report run-queue delays nothing is excused.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ def thread_sched(pid: int) -> dict[int, ThreadSched]:
         except (OSError, IndexError, ValueError):
             continue
     return threads
+
+
+def waits_on_a_futex(pid: int) -> bool:
+    """Whether process `pid`'s main thread sleeps in a futex wait: on a lock or condition, perhaps one another
+    process holds (a queue's process-shared mutex). False where Linux does not say (`/proc/<pid>/wchan`)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/wchan", "rb") as f:
+            return b"futex" in f.read()
+    except OSError:
+        return False
 
 
 def thread_run_queue_delays(pid: int) -> dict[int, float]:

@@ -32,7 +32,7 @@ from asyncrl.runtime.plumbing.run_error import RunError, checkpoint_hint
 from asyncrl.runtime.plumbing.trajectories import circulating_slots, num_slots
 from asyncrl.runtime.recovery.queue_repair import QueueRepair, RepairThread
 from asyncrl.runtime.recovery.rollout_guard import EXIT_ENV_ERRORS
-from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale, starved
+from asyncrl.runtime.recovery.starvation import QUIET_AFTER_S, StarvationWatch, stale, starved, waits_on_a_futex
 
 RESTART_WINDOW_S = 300.0
 MAX_RESTARTS = 5  # restarts of one process within the window; one more failure stops the run
@@ -57,6 +57,8 @@ class Member:
     starvation: StarvationWatch = field(default_factory=StarvationWatch)
     starved_note: float = 0.0  # the heartbeat whose overdue age was last excused as starvation (noted once)
     stall_watch: StarvationWatch = field(default_factory=StarvationWatch)  # its waits since the run last moved
+    # the other members' waits since this one's heartbeat went quiet half a limit ago (by their names)
+    peer_watches: dict[str, StarvationWatch] = field(default_factory=dict)
 
 
 def parse_name(name: str) -> tuple[str, int]:
@@ -190,6 +192,7 @@ class Supervisor:
             member.started, max(STARTUP_GRACE_S, self.cfg.hang_timeout))
         age = now - since
         waited = member.starvation.waited_s(proc.pid, since, age) if proc.pid else 0.0
+        peers = self._peer_waits(member, since, age, limit) if proc.pid else 0.0
         if age <= limit or not proc.is_alive():
             return
         if not stale(age, waited, limit):
@@ -198,11 +201,33 @@ class Supervisor:
                 self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, {waited:.0f} s of it waiting for "
                          f"a CPU core (the machine is overloaded); starved, not hung: waiting longer")
             return
+        if not stale(age, peers, limit) and waits_on_a_futex(proc.pid):
+            if member.starved_note != since:
+                member.starved_note = since
+                self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, asleep on a lock while another "
+                         f"process of the run waited {peers:.0f} s for a CPU core (the machine is overloaded); "
+                         f"starved through it, not hung: waiting longer")
+            return
         member.cause = f"made no progress for {age:.0f} s{'' if beat else ' after starting'}" + (
             f" ({waited:.0f} s of it waiting for a CPU core)" if waited >= 1 else "")
         proc.kill()
         proc.join(timeout=5)
         self._died(name, proc)
+
+    def _peer_waits(self, member: Member, since: float, age: float, limit: float) -> float:
+        """The longest wait for a core of any other process of the run since `member`'s heartbeat went quiet, watched
+        from half a limit on (the first half's waits are not excused); 0 before. Read only for a member that quiet, so
+        a healthy run reads no one's counters."""
+        if age <= limit / 2:
+            return 0.0
+        longest = 0.0
+        for other in self.members.values():
+            proc = self.procs.get(other.name)
+            if other is member or proc is None or not proc.pid:
+                continue
+            watch = member.peer_watches.setdefault(other.name, StarvationWatch(quiet_after_s=0.0))
+            longest = max(longest, watch.waited_s(proc.pid, since, age))
+        return longest
 
     def _check_progress(self, progress: object, now: float) -> None:
         """RunError when the run has not moved for `STALL_FACTOR` hang timeouts (before its first move: at least
