@@ -45,8 +45,12 @@ lint: install
 # collection order, longest first (tests/conftest.py's SLOW_FIRST), not xdist's default of most tests first.
 TEST_JOBS ?= 4
 
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as on the development machine), so that each
+# test module and asyncrl module is compiled once, not again in every test process and fresh interpreter: collecting
+# the tests took 9.4 s of CPU a process without the caches, 6.0 s with them.
 test: install lint
-	$(BIN)/python -m pytest -q -n logical --maxprocesses $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n logical --maxprocesses $(TEST_JOBS) --dist loadfile \
+		--no-loadscope-reorder
 
 # Continues the experiment when it already has a checkpoint.
 train: install
