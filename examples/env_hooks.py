@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--goal", type=float, default=9.5, help="mean return at which the callback stops the run")
     parser.add_argument("--doors", type=int, default=2, help="... once the curriculum is down to this many open doors")
     parser.add_argument("--train-dir", default="train_dir", help="where the run is written")
+    parser.add_argument("--report-interval", type=float, default=5.0, help="seconds between the records it reads")
     args = parser.parse_args()
 
     import asyncrl  # train before any torch work in this process (the workers are forked from it)
@@ -80,8 +81,8 @@ def main() -> None:
         return True
 
     result = asyncrl.train(env="env_hooks:Doors", info_keys="depth", frames=args.frames, seed=0,
-                           workers=2, envs_per_worker=4, train_dir=args.train_dir, experiment="doors",
-                           callbacks=[stop_at_goal])
+                           workers=2, envs_per_worker=4, report_interval=args.report_interval,
+                           train_dir=args.train_dir, experiment="doors", callbacks=[stop_at_goal])
     print(f"{result.run_dir}: stopped on {result.stop_reason}; mean return {result.metrics['episode_return_mean']}")
 
     policy = asyncrl.load_policy(result.run_dir)  # the mask is one of its inputs: it never opens a closed door
