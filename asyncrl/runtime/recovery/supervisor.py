@@ -192,7 +192,8 @@ class Supervisor:
             member.started, max(STARTUP_GRACE_S, self.cfg.hang_timeout))
         age = now - since
         waited = member.starvation.waited_s(proc.pid, since, age) if proc.pid else 0.0
-        peers = self._peer_waits(member, since, age, limit) if proc.pid else 0.0
+        asleep_on_lock = bool(proc.pid) and age > limit / 2 and waits_on_a_futex(proc.pid)
+        peers = self._peer_waits(member, since, age) if asleep_on_lock else 0.0
         if age <= limit or not proc.is_alive():
             return
         if not stale(age, waited, limit):
@@ -201,7 +202,7 @@ class Supervisor:
                 self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, {waited:.0f} s of it waiting for "
                          f"a CPU core (the machine is overloaded); starved, not hung: waiting longer")
             return
-        if not stale(age, peers, limit) and waits_on_a_futex(proc.pid):
+        if asleep_on_lock and not stale(age, peers, limit):
             if member.starved_note != since:
                 member.starved_note = since
                 self.out(f"asyncrl: note: {name} has not reported for {age:.0f} s, asleep on a lock while another "
@@ -214,12 +215,10 @@ class Supervisor:
         proc.join(timeout=5)
         self._died(name, proc)
 
-    def _peer_waits(self, member: Member, since: float, age: float, limit: float) -> float:
+    def _peer_waits(self, member: Member, since: float, age: float) -> float:
         """The longest wait for a core of any other process of the run since `member`'s heartbeat went quiet, watched
-        from half a limit on (the first half's waits are not excused); 0 before. Read only for a member that quiet, so
-        a healthy run reads no one's counters."""
-        if age <= limit / 2:
-            return 0.0
+        from the first look on (the caller looks only past half a limit, at a member asleep on a lock, so a healthy
+        run reads no one's counters and the first half's waits are not excused)."""
         longest = 0.0
         for other in self.members.values():
             proc = self.procs.get(other.name)
