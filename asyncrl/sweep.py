@@ -1,4 +1,4 @@
-"""Sweeps: a grid of settings x seeds, each point an `asyncrl-train` subprocess, at most K at once.
+"""Sweeps: a grid of settings x seeds, each point an `asyncrl-train` run (a fork of the sweep), at most K at once.
 
 A sweep file (YAML or JSON) holds `base` (flags every run gets), `grid` (flag -> list of values; every
 combination is one setting), `seeds` (default [0]) and `group` (default: the file's name). Keys are flag names
@@ -16,14 +16,13 @@ import itertools
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
 from asyncrl.config import Config, ConfigError, check_applicable
+from asyncrl.forked_run import ForkedRun
 from asyncrl.settings_file import SettingsFileError, load_settings_file
 
 RESERVED = ("seed", "experiment", "train_dir", "resume")  # set by the sweep for each run
@@ -184,13 +183,13 @@ def plan(sweep: Sweep, concurrent: int, cores: int | None = None) -> list[RunPla
     return plans
 
 
-def start_run(p: RunPlan) -> tuple[subprocess.Popen, IO[str]]:
-    """`python -m asyncrl.cli.train ARGS` with its output in `<run_dir>.log`; the process and the open log."""
+def start_run(p: RunPlan, entry: Callable[[list[str]], int]) -> tuple[ForkedRun, IO[str]]:
+    """`entry(ARGS)` (asyncrl-train's command-line entry) in a fork of this process, its output in
+    `<run_dir>.log`; the process and the open log. The run stays in the sweep's process group, so a terminal's
+    Ctrl-C reaches it as it reaches the sweep."""
     os.makedirs(os.path.dirname(p.run_dir), exist_ok=True)
     log = open(p.run_dir + ".log", "w")  # noqa: SIM115 - closed by the caller when the run ends
-    proc = subprocess.Popen([sys.executable, "-m", "asyncrl.cli.train", *p.args], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return proc, log
+    return ForkedRun(entry, p.args, log.fileno(), new_session=False), log
 
 
 def last_line(path: str) -> str:
@@ -202,21 +201,22 @@ def last_line(path: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run_all(plans: list[RunPlan], concurrent: int, out: Callable[..., None] = print) -> list[RunPlan]:
-    """Run every plan as `python -m asyncrl.cli.train`, at most `concurrent` at once; the failed ones.
+def run_all(plans: list[RunPlan], concurrent: int, entry: Callable[[list[str]], int],
+            out: Callable[..., None] = print) -> list[RunPlan]:
+    """Run every plan as `entry(ARGS)` (start_run), at most `concurrent` at once; the failed ones.
 
     Each run's output goes to `<run_dir>.log` beside its run directory. A failed run is reported with the
     last line of its log and the sweep goes on.
     """
     pending = list(enumerate(plans, 1))
-    running: dict[int, tuple[RunPlan, subprocess.Popen, float, Any]] = {}
+    running: dict[int, tuple[RunPlan, ForkedRun, float, Any]] = {}
     failed: list[RunPlan] = []
     total = len(plans)
     try:
         while pending or running:
             while pending and len(running) < concurrent:
                 i, p = pending.pop(0)
-                proc, log = start_run(p)
+                proc, log = start_run(p, entry)
                 running[i] = (p, proc, time.monotonic(), log)
                 out(f"[{i}/{total}] start {p.name}: {p.command()}", flush=True)
             time.sleep(POLL_S)

@@ -8,6 +8,7 @@ import os
 import sys
 
 from asyncrl.cli.errors import OneLineParser
+from asyncrl.cli.train import main as train_main
 from asyncrl.sweep import SweepError, cores_per_run, parse_sweep, plan, read_sweep_file, run_all
 
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in plans:
             print(p.command())
         return 0
-    failed = run_all(plans, args.concurrent)
+    failed = run_all(plans, args.concurrent, train_main)
     print(f"asyncrl-sweep: {len(plans) - len(failed)} of {len(plans)} runs finished"
           + (f", {len(failed)} failed: {', '.join(p.name for p in failed)}" if failed else "")
           + f"; compare them with: asyncrl-compare {os.path.join(group_dir, '*')}", flush=True)
@@ -65,7 +66,7 @@ def _search(data: dict, default_group: str, args: argparse.Namespace) -> int:
     spec = parse_search(data, default_group)
     require_optuna()
     check_start(spec)
-    return run_search(spec, args.concurrent, args.dry_run)
+    return run_search(spec, args.concurrent, args.dry_run, train_main)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ def header(spec: SearchSpec, slots: int, cores: int | None = None) -> str:
             f"study {spec.group} at {storage_url(spec)}")
 
 
-def run_search(spec: SearchSpec, concurrent: int, dry_run: bool, out: Callable[..., None] = print) -> int:
-    """Run (or resume) the search; its exit code (0 done, 1 a trial failed, 130 stopped by Ctrl-C)."""
+def run_search(spec: SearchSpec, concurrent: int, dry_run: bool, entry: Callable[[list[str]], int],
+               out: Callable[..., None] = print) -> int:
+    """Run (or resume) the search, each run `entry(ARGS)` (asyncrl-train's command-line entry) in a fork of this
+    process; its exit code (0 done, 1 a trial failed, 130 stopped by Ctrl-C)."""
     from asyncrl.search.results import write_results
     from asyncrl.search.trials import Search
 
@@ -48,7 +50,7 @@ def run_search(spec: SearchSpec, concurrent: int, dry_run: bool, out: Callable[.
         out(f"asyncrl-sweep: resuming: {done} trial(s) ended before"
             + (f"; trial(s) {stale} were left running by a search that was killed: failed, their settings asked "
                f"again" if stale else ""), flush=True)
-    code = Search(spec, study, slots, out=out).run()
+    code = Search(spec, study, slots, entry, out=out).run()
     for line in write_results(spec, study):
         out(line, flush=True)
     if code == 130:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from asyncrl.forked_run import ForkedRun
 from asyncrl.search.progress import MetricsTail, score
 from asyncrl.search.spec import SearchSpec
 from asyncrl.search.study import group_dir, owner, require_optuna, retry, suggest
@@ -23,7 +23,7 @@ POLL_S = 0.1  # CartPole runs pass 10,000 frames in a quarter second: a pruned r
 @dataclass
 class Run:
     plan: RunPlan
-    proc: subprocess.Popen
+    proc: ForkedRun
     log: IO[str]
     tail: MetricsTail
 
@@ -69,9 +69,10 @@ def describe(params: dict[str, Any]) -> str:
 class Search:
     """The loop of one search process; `run()` returns its exit code (0 done, 1 a trial failed, 130 stopped)."""
 
-    def __init__(self, spec: SearchSpec, study: Any, slots: int, cores: int | None = None,
-                 out: Callable[..., None] = print) -> None:
-        self.spec, self.study, self.slots, self.out = spec, study, slots, out
+    def __init__(self, spec: SearchSpec, study: Any, slots: int, entry: Callable[[list[str]], int],
+                 cores: int | None = None, out: Callable[..., None] = print) -> None:
+        """`entry`: asyncrl-train's command-line entry, which each run calls in a fork of this process."""
+        self.spec, self.study, self.slots, self.entry, self.out = spec, study, slots, entry, out
         self.share = cores_per_run(slots * len(spec.seeds), cores)
         self.active: list[Active] = []
         self.failed = 0
@@ -130,7 +131,7 @@ class Search:
             trial.set_user_attr("runs", [p.run_dir for p in plans])
             runs = []
             for p in plans:
-                proc, log = start_run(p)
+                proc, log = start_run(p, self.entry)
                 runs.append(Run(p, proc, log, MetricsTail(p.run_dir, self.spec.objective.metric)))
             self.active.append(Active(trial, params, runs))
             if self.stop:  # SIGINT came while these runs were starting: they stop too

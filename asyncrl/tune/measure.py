@@ -17,7 +17,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 from asyncrl.diagnostics.bottleneck import dominant
 from asyncrl.diagnostics.metrics import read_metrics
+from asyncrl.forked_run import ForkedRun
 
 FRACTIONS = ("rollout_env_frac", "policy_infer_frac", "learner_train_frac", "learner_wait_frac")
 GRACE_S = 60.0  # start-up allowed before the measured seconds (the run's --seconds is the two together)
@@ -78,67 +78,6 @@ def train_args(flags: list[str], seconds: float, train_dir: str, experiment: str
             "--report-interval", "1", "--checkpoint-interval", "1e9", "--keep-checkpoints", "1", "--no-dashboard"]
 
 
-class Forked:
-    """`asyncrl-train ARGS` as a fork of this process (torch and asyncrl imported once here, not again for every
-    layout: 2-3 s of CPU each), in a session of its own, its output in `log_path`: the part of subprocess.Popen
-    the measurement uses."""
-
-    def __init__(self, entry: Callable[[list[str]], int], args: list[str], log_path: str):
-        warm_up()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.returncode: int | None = None
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.setsid()
-                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                code = entry(args)
-            except BaseException:  # noqa: BLE001 - the child reports and exits; it must not return into the tuner
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code or 0)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired("asyncrl-train", timeout)
-            time.sleep(0.05)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-
-def warm_up() -> None:
-    """Import what every run imports (torch included) once, in the tuner, before the first fork."""
-    import torch  # noqa: F401
-
-    import asyncrl.launch  # noqa: F401
-    import asyncrl.runtime.roles.runner  # noqa: F401
-
-
 def steady_span(records: list[dict[str, Any]]) -> float:
     """Seconds from the first record with env steps to the last."""
     steady = [r["time"] for r in records if r.get("env_steps", 0) > 0 and "fatal" not in r]
@@ -154,7 +93,11 @@ def measure(entry: Callable[[list[str]], int], flags: list[str], seconds: float,
     run_dir = os.path.join(train_dir, experiment)
     os.makedirs(train_dir, exist_ok=True)
     t0 = time.monotonic()
-    proc = Forked(entry, train_args(flags, seconds + GRACE_S, train_dir, experiment), log_path)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        proc = ForkedRun(entry, train_args(flags, seconds + GRACE_S, train_dir, experiment), fd)
+    finally:
+        os.close(fd)
     try:
         code = _wait_for_span(proc, run_dir, seconds, t0 + seconds + 2 * GRACE_S)
     except BaseException:  # Ctrl-C in the tuner: stop the child and its workers first
@@ -171,7 +114,7 @@ def measure(entry: Callable[[list[str]], int], flags: list[str], seconds: float,
     return result
 
 
-def _wait_for_span(proc: Forked, run_dir: str, seconds: float, deadline: float) -> int:
+def _wait_for_span(proc: ForkedRun, run_dir: str, seconds: float, deadline: float) -> int:
     """Wait until the run's records span `seconds` of stepping, then SIGINT it (a clean stop); its exit code.
     A run past `deadline` is stopped with its whole session."""
     stopping = False
@@ -188,7 +131,7 @@ def _wait_for_span(proc: Forked, run_dir: str, seconds: float, deadline: float) 
             stopping = True
 
 
-def _stop(proc: Forked) -> None:
+def _stop(proc: ForkedRun) -> None:
     """SIGINT the run, then its whole session with SIGKILL if it has not ended in 30 s."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
