@@ -16,6 +16,11 @@ the mean raw game score of the last 100 games (fewer before 100 have ended) agai
 Writes DIR/table.md (frames and seconds to +18 and +20, frames/s), DIR/curves.png and DIR/<system>.csv;
 each system's raw log stays in DIR/<system>/. A peer whose interpreter is not given is skipped with a note.
 
+A budget longer than one sitting: `--timeout S` stops each system after S seconds, and the same command with
+`--resume` continues the systems that had not finished from their own checkpoints (asyncrl `--resume`, Sample
+Factory's default `--restart_behavior=resume`; CleanRL's script cannot resume and is refused), skipping those
+that had. Seconds are then the systems' running time: the pauses between sittings are left out.
+
     .venv/bin/python scripts/time_to_score.py --frames 10000000 --out /tmp/tts \\
         --sf2-python /tmp/sf2venv/bin/python --cleanrl-python /tmp/cleanrlvenv/bin/python \\
         --cleanrl-script /tmp/cleanrl_src/cleanrl/ppo_atari.py
@@ -48,6 +53,7 @@ WINDOW = 100  # games in the running mean
 STOP_TIMEOUT_S = 60.0
 
 Point = tuple[int, float, float]  # (frames, seconds, mean return of the last games)
+Segment = dict[str, float]  # one sitting of a system: {"started": epoch seconds, "wall_s": how long it ran}
 
 SF2_STAMP = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\]"
 SF2_FRAMES = re.compile(SF2_STAMP + r" Fps is .*?Total num frames: (\d+)")
@@ -75,12 +81,14 @@ def parse_asyncrl(lines: Iterable[str]) -> list[Point]:
     return points
 
 
-def parse_sf2(lines: Iterable[str], started: float | None = None) -> list[Point]:
+def parse_sf2(lines: Iterable[str], segments: Sequence[Segment] | None = None) -> list[Point]:
     """Points of a Sample Factory log: each `Avg episode reward` line paired with the frame count of the `Fps is`
-    line before it; seconds since `started` (epoch seconds), or since the first timestamp of the log."""
+    line before it; seconds of running time over `segments` (when each sitting started, epoch seconds, and how
+    long it ran), or since the first timestamp of the log. Frames done again after a resume replace the first go
+    (`redone`)."""
     points: list[Point] = []
     frames: int | None = None
-    origin = started
+    origin = None
     for line in lines:
         if m := SF2_FRAMES.search(line):
             stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
@@ -88,8 +96,34 @@ def parse_sf2(lines: Iterable[str], started: float | None = None) -> list[Point]
             frames = int(m.group(2))
         elif (m := SF2_REWARD.search(line)) and frames is not None and origin is not None:
             stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            points.append((frames, round(stamp - origin, 3), float(m.group(2))))
-    return points
+            seconds = running_seconds(stamp, segments) if segments else stamp - origin
+            points.append((frames, round(seconds, 3), float(m.group(2))))
+    return redone(points)
+
+
+def running_seconds(stamp: float, segments: Sequence[Segment]) -> float:
+    """Epoch seconds `stamp` as seconds of running time: the earlier sittings' lengths plus the time into the
+    sitting that had started by then (the first one for a stamp before any)."""
+    before = 0.0
+    current = segments[0]
+    for seg in segments:
+        if seg["started"] > stamp:
+            break
+        if seg is not segments[0]:
+            before += current["wall_s"]
+        current = seg
+    return before + max(0.0, stamp - current["started"])
+
+
+def redone(points: Sequence[Point]) -> list[Point]:
+    """`points` where a resumed run went back to its checkpoint's frames: the points it did again are dropped from
+    the first go, so frames rise throughout."""
+    kept: list[Point] = []
+    for p in points:
+        while kept and kept[-1][0] > p[0]:
+            kept.pop()
+        kept.append(p)
+    return kept
 
 
 def parse_cleanrl(lines: Iterable[str]) -> list[Point]:
@@ -162,12 +196,13 @@ def plot(path: Path, curves: dict[str, Sequence[Point]]) -> None:
 
 # ---------------------------------------------------------------- runs
 
-def command(system: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
-    """The command of `system`, run in `run_dir` (its own folder under --out)."""
+def command(system: str, args: argparse.Namespace, run_dir: Path, resume: bool = False) -> list[str]:
+    """The command of `system`, run in `run_dir` (its own folder under --out); `resume`: continue its run there
+    (Sample Factory resumes an experiment it finds by itself)."""
     train = Path(sys.executable).with_name("asyncrl-train")
     return {
         "asyncrl": [str(train), "--env", "atari_pong", "--frames", str(args.frames), "--seed", str(args.seed),
-                    "--train-dir", str(run_dir), "--experiment", "pong"],
+                    "--train-dir", str(run_dir), "--experiment", "pong", *(["--resume"] if resume else [])],
         "sf2": [str(args.sf2_python), "-m", "sf_examples.atari.train_atari", "--env=atari_pong", "--experiment=pong",
                 f"--train_dir={run_dir}", f"--train_for_env_steps={args.frames}", f"--seed={args.seed}",
                 "--device=cpu", "--with_wandb=False"],
@@ -176,23 +211,26 @@ def command(system: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
     }[system]
 
 
-def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | None) -> dict[str, object]:
+def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | None,
+               earlier: Sequence[Segment] = ()) -> dict[str, object]:
     """Run one system to completion (or `timeout_s`); its output to run_dir/stdout.log, each line stamped with
-    the seconds since launch. Returns its run.json record."""
+    its seconds of running time (after the `earlier` sittings' when resuming, appended to their log). Returns its
+    run.json record."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    offset = sum(seg["wall_s"] for seg in earlier)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if system == "cleanrl":  # its script imports cleanrl_utils from the folder above it
         env["PYTHONPATH"] = str(Path(cmd[1]).resolve().parent.parent)
     print(f"[{system}] {' '.join(cmd)}", flush=True)
     started, t0, timed_out = time.time(), time.monotonic(), False
-    with open(run_dir / "stdout.log", "w") as log:
+    with open(run_dir / "stdout.log", "a" if earlier else "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=run_dir, env=env,
                                 text=True, errors="replace", start_new_session=True)
 
         def copy() -> None:
             assert proc.stdout is not None
             for line in proc.stdout:
-                log.write(f"[+{time.monotonic() - t0:.3f}] {line}")
+                log.write(f"[+{offset + time.monotonic() - t0:.3f}] {line}")
                 log.flush()
 
         reader = threading.Thread(target=copy, daemon=True)
@@ -205,16 +243,28 @@ def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | No
         finally:
             stop_process_group(proc, STOP_TIMEOUT_S)
             reader.join(timeout=10.0)
-    return {"command": cmd, "started": started, "wall_s": round(time.monotonic() - t0, 1),
-            "returncode": proc.returncode, "timed_out": timed_out, "loadavg_after": os.getloadavg()}
+    segments = [*earlier, {"started": started, "wall_s": round(time.monotonic() - t0, 1)}]
+    return {"command": cmd, "started": segments[0]["started"], "wall_s": round(offset + segments[-1]["wall_s"], 1),
+            "segments": segments, "returncode": proc.returncode, "timed_out": timed_out,
+            "loadavg_after": os.getloadavg()}
 
 
-def read_points(system: str, run_dir: Path, started: float) -> list[Point]:
-    if system == "asyncrl":
+def finished(meta: dict[str, object]) -> bool:
+    """Whether a run.json record is of a run that ended by itself, successfully."""
+    return meta.get("returncode") == 0 and not meta.get("timed_out")
+
+
+def segments_of(meta: dict[str, object]) -> list[Segment]:
+    """The sittings of a run.json record (one, for a record written before sittings were kept)."""
+    return list(meta.get("segments") or [{"started": meta["started"], "wall_s": meta["wall_s"]}])
+
+
+def read_points(system: str, run_dir: Path, meta: dict[str, object]) -> list[Point]:
+    if system == "asyncrl":  # its `time` is running time: a resumed run goes on from its checkpoint's
         path = run_dir / "pong" / "metrics.jsonl"
-        return parse_asyncrl(path.read_text().splitlines()) if path.exists() else []
+        return redone(parse_asyncrl(path.read_text().splitlines())) if path.exists() else []
     if system == "sf2":  # its stdout (stamped here) carries the runner's own timestamps
-        return parse_sf2((run_dir / "stdout.log").read_text(errors="replace").splitlines(), started)
+        return parse_sf2((run_dir / "stdout.log").read_text(errors="replace").splitlines(), segments_of(meta))
     return parse_cleanrl((run_dir / "stdout.log").read_text(errors="replace").splitlines())
 
 
@@ -236,6 +286,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cleanrl-script", type=Path, help="CleanRL's ppo_atari.py (cleanrl_utils/ beside its folder)")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     p.add_argument("--timeout", type=float, help="stop a system after this many seconds (default: none)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the systems in --out that had not finished (stopped at --timeout or failed) from "
+                        "their checkpoints; those that had are read, not run again (not CleanRL: it cannot resume)")
     p.add_argument("--parse-only", action="store_true", help="read the logs already in --out; run nothing")
     return p.parse_args(argv)
 
@@ -257,6 +310,10 @@ def check(args: argparse.Namespace) -> list[str]:
             setattr(args, flag, path.absolute())  # each run's cwd is its own folder; a venv's link stays a link
     if "cleanrl" in systems and args.cleanrl_python and not args.cleanrl_script:
         raise InputError("--cleanrl-python needs --cleanrl-script (CleanRL's ppo_atari.py)")
+    meta = args.out / "cleanrl" / "run.json"
+    if args.resume and "cleanrl" in systems and meta.exists() and not finished(json.loads(meta.read_text())):
+        raise InputError("--resume: CleanRL's ppo_atari.py cannot continue a run; leave cleanrl out of --systems, "
+                         "or run it again from the start in another --out")
     return systems
 
 
@@ -290,11 +347,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{system}] skipped: no {meta_path}", flush=True)
                 continue
             meta = json.loads(meta_path.read_text())
+        elif args.resume and meta_path.exists() and finished(earlier := json.loads(meta_path.read_text())):
+            print(f"[{system}] finished before: read, not run again", flush=True)
+            meta = earlier
         else:
-            cmd = command(system, args, run_dir)
-            meta = run_system(system, cmd, run_dir, args.timeout)
+            resume = args.resume and meta_path.exists()
+            before = segments_of(json.loads(meta_path.read_text())) if resume else []
+            cmd = command(system, args, run_dir, resume)
+            meta = run_system(system, cmd, run_dir, args.timeout, before)
             meta_path.write_text(json.dumps(meta, indent=1))
-        points = read_points(system, run_dir, meta["started"])
+        points = read_points(system, run_dir, meta)
         curves[system] = points
         write_csv(args.out / f"{system}.csv", points)
         rows.append(summary_row(system, points, meta["wall_s"]))
@@ -306,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         print("time_to_score: no system ran", file=sys.stderr)
         return 2
     header = (f"Pong, {args.frames:,} frames each, seed {args.seed}. +18/+20: first frames / seconds at which the "
-              f"mean of the last 100 games reached it; seconds from launch (asyncrl: its trainer's `time`); frames/s: "
+              f"mean of the last 100 games reached it; seconds of running time from launch (pauses between --resume "
+              f"sittings left out; asyncrl: its trainer's `time`); frames/s: "
               f"frames of the last score over its seconds, start-up included.\n\n"
               + "\n".join(notes))
     write_table(args.out / "table.md", rows, header)

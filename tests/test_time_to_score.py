@@ -80,3 +80,34 @@ def test_documented_command_flags_exist() -> None:
                                timeout=30).stdout
     flags = [w for w in command.split() if w.startswith("--")]
     assert flags and all(f in help_text for f in flags), flags
+
+
+def test_sf2_log_over_two_sittings(tts) -> None:
+    """A resumed Sample Factory run: seconds are running time (the pause is left out) and the frames it did again
+    after going back to its checkpoint replace the first go's."""
+    fps = "Fps is (10 sec: 1638.4, 60 sec: 1638.4, 300 sec: 1638.4). Total num frames: "
+    log = [f"[2026-12-06 10:00:10,000][01234] {fps}8192",
+           "[2026-12-06 10:00:10,001][01234] Avg episode reward: [(0, '-20.000')]",
+           f"[2026-12-06 10:00:50,000][01234] {fps}16384",
+           "[2026-12-06 10:00:50,001][01234] Avg episode reward: [(0, '-19.000')]",
+           f"[2026-12-06 12:00:20,000][05678] {fps}12288",  # resumed from a checkpoint at 12,288 frames
+           "[2026-12-06 12:00:20,001][05678] Avg episode reward: [(0, '-18.000')]"]
+    stamp = tts.datetime.strptime
+    first = stamp("2026-12-06 10:00:00", "%Y-%m-%d %H:%M:%S").timestamp()
+    second = stamp("2026-12-06 12:00:00", "%Y-%m-%d %H:%M:%S").timestamp()
+    points = tts.parse_sf2(log, [{"started": first, "wall_s": 60.0}, {"started": second, "wall_s": 30.0}])
+    assert [(f, r) for f, _, r in points] == [(8192, -20.0), (12288, -18.0)]
+    assert points[0][1] == pytest.approx(10.001) and points[1][1] == pytest.approx(80.001)
+
+
+def test_resume_refuses_an_unfinished_cleanrl_run(tmp_path: Path) -> None:
+    (tmp_path / "cleanrl").mkdir()
+    (tmp_path / "cleanrl" / "run.json").write_text(json.dumps(
+        {"command": [], "started": 0.0, "wall_s": 5.0, "returncode": -2, "timed_out": True}))
+    script = tmp_path / "ppo_atari.py"
+    script.write_text("")
+    result = subprocess.run([sys.executable, str(SCRIPT), "--frames", "20000", "--out", str(tmp_path), "--resume",
+                             "--systems", "cleanrl", "--cleanrl-python", sys.executable, "--cleanrl-script",
+                             str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "cannot continue a run" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
