@@ -302,6 +302,7 @@ def check(args: argparse.Namespace) -> list[str]:
     if not (args.frames >= 10_000 and math.isfinite(args.frames)):
         raise InputError(f"--frames {args.frames:g}: give at least 10000")
     args.frames = int(args.frames)
+    args.out = args.out.absolute()  # each system runs in its own folder under it: paths in its command must hold there
     for flag in ("sf2_python", "cleanrl_python", "cleanrl_script"):
         path = getattr(args, flag)
         if path is not None and not path.is_file():
@@ -324,6 +325,9 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # a killed script still stops the run it started
+    # Started in the background by a shell, SIGINT is ignored here and in every child that inherits it: a run
+    # stopped at --timeout would then be killed after the grace period instead of saving its checkpoint.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         systems = check(args)
         args.out.mkdir(parents=True, exist_ok=True)
