@@ -222,7 +222,7 @@ def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | No
     if system == "cleanrl":  # its script imports cleanrl_utils from the folder above it
         env["PYTHONPATH"] = str(Path(cmd[1]).resolve().parent.parent)
     print(f"[{system}] {' '.join(cmd)}", flush=True)
-    started, t0, timed_out = time.time(), time.monotonic(), False
+    started, t0, timed_out, interrupted = time.time(), time.monotonic(), False, False
     with open(run_dir / "stdout.log", "a" if earlier else "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=run_dir, env=env,
                                 text=True, errors="replace", start_new_session=True)
@@ -240,13 +240,16 @@ def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | No
         except subprocess.TimeoutExpired:
             timed_out = True
             print(f"[{system}] --timeout {timeout_s:g} s reached: stopping it", flush=True)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: this sitting ends here; --resume continues it
+            interrupted = True
+            print(f"[{system}] interrupted: stopping it (continue with --resume)", flush=True)
         finally:
             stop_process_group(proc, STOP_TIMEOUT_S)
             reader.join(timeout=10.0)
     segments = [*earlier, {"started": started, "wall_s": round(time.monotonic() - t0, 1)}]
     return {"command": cmd, "started": segments[0]["started"], "wall_s": round(offset + segments[-1]["wall_s"], 1),
-            "segments": segments, "returncode": proc.returncode, "timed_out": timed_out,
-            "loadavg_after": os.getloadavg()}
+            "segments": segments, "returncode": proc.returncode, "timed_out": timed_out or interrupted,
+            "interrupted": interrupted, "loadavg_after": os.getloadavg()}
 
 
 def finished(meta: dict[str, object]) -> bool:
@@ -364,10 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         curves[system] = points
         write_csv(args.out / f"{system}.csv", points)
         rows.append(summary_row(system, points, meta["wall_s"]))
-        stop = ", stopped at --timeout" if meta.get("timed_out") else ""
+        stop = ""
+        if meta.get("timed_out"):
+            stop = ", interrupted" if meta.get("interrupted") else ", stopped at --timeout"
         notes.append(f"- {system} (exit {meta['returncode']}{stop}, load after {meta['loadavg_after'][0]:.1f}): "
                      f"`{' '.join(map(str, meta['command']))}`")
         print(rows[-1], flush=True)
+        if meta.get("interrupted") and not args.parse_only:
+            break  # the systems after it are not started
     if not curves:
         print("time_to_score: no system ran", file=sys.stderr)
         return 2
