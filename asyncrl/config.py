@@ -236,6 +236,10 @@ class Config:
         "none or symlog: the value head predicts symlog(V) (DreamerV3), V-trace reads symexp(head)")
     max_policy_lag: int = ppo_setting(4,
         "drop samples more than this many updates old")
+    clip_reference: str = ppo_setting("acting",
+        "what PPO's ratio and clip compare the policy with: acting (the policy that acted, some updates old) or "
+        "learner (the learner's policy when the batch's update began, one extra forward pass a batch: decoupled "
+        "PPO, Hilton et al. 2021; V-trace's importance weights still correct for the acting policy)")
     hidden_size: int = field(default=64, metadata={"help": "MLP width for vector observations"})
     activation: str = ppo_setting("tanh",
         "hidden units of the MLPs on vector observations: tanh (most PPO baselines for control) or relu "
@@ -622,6 +626,8 @@ class Config:
             raise ConfigError(f"--lr-reference-batch must be at least 1 (got {self.lr_reference_batch})")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"--activation must be {' or '.join(ACTIVATIONS)} (got {self.activation!r})")
+        if self.clip_reference not in ("acting", "learner"):
+            raise ConfigError(f"--clip-reference must be acting or learner (got {self.clip_reference!r})")
         if self.value_transform not in ("none", "symlog"):
             raise ConfigError(f"--value-transform must be none or symlog (got {self.value_transform!r})")
         if not VALUE_SCALING_IN_LEARNER and (self.normalize_returns or self.value_transform != "none"):

@@ -114,3 +114,47 @@ def test_an_lstm_centres_its_values_unless_told_not_to() -> None:
     assert not config_from_flags(env="CartPole-v1", rnn="lstm", center_values=False).center_values
     assert not config_from_flags(env="CartPole-v1", rnn="gru").center_values
     assert not config_from_flags(env="CartPole-v1").center_values
+
+
+def _stale_batch(spec, t: int, b: int, seed: int):
+    """A batch acted by a policy unlike the learner's: random actions with log-probs well away from its own."""
+    from asyncrl.agents.synthetic import synthetic_batch
+
+    g = torch.Generator().manual_seed(seed)
+    batch = synthetic_batch(spec, t, b, torch.device("cpu"))
+    batch.obs = torch.randn(batch.obs.shape, generator=g)
+    batch.actions = torch.randint(0, spec.num_actions, batch.actions.shape, generator=g)
+    batch.behaviour_logp = torch.log(torch.rand(t, b, generator=g) * 0.9 + 0.05)
+    batch.rewards = torch.randn(t, b, generator=g)
+    batch.lag = torch.full((t, b), 2)
+    return batch
+
+
+def test_clip_reference_learner_takes_the_ratio_against_the_policy_before_the_update() -> None:
+    """--clip-reference learner: the first step of an update starts at ratio 1 (no sample clipped, KL 0) however
+    stale the batch, and the steps after it move away from there; `acting` measures from the acting policy. The
+    recurrent unroll and the pure path (--precision bf16-all) compute the same anchor."""
+    from asyncrl.agents.appo.learner import APPOLearner
+    from asyncrl.config import Config
+    from asyncrl.envs.registry import make_env_spec
+
+    for extra in ({}, {"rnn": "gru", "rnn_size": 16}, {"precision": "bf16-all"}):
+        spec = None
+        first: dict[str, dict[str, float]] = {}
+        for reference in ("acting", "learner"):
+            torch.manual_seed(0)
+            cfg = Config(env="CartPole-v1", epochs=2, minibatches=1, lr=1e-2, clip_reference=reference, **extra)
+            spec = spec or make_env_spec(cfg)
+            learner = APPOLearner(cfg, spec, torch.device("cpu"))
+            steps: list[dict[str, float]] = []
+            step = learner._step
+            learner._step = lambda *a, _step=step, _out=steps: _out.append(_step(*a)) or _out[-1]
+            learner.train(_stale_batch(spec, 8, 4, seed=1), frames=0)
+            first[reference] = steps[0]
+            if reference == "learner":
+                assert steps[1]["kl"] > 0.0, extra
+        assert first["learner"]["clip_fraction"] == 0.0 and abs(first["learner"]["kl"]) < 1e-5, extra
+        assert first["acting"]["clip_fraction"] > 0.5 and first["acting"]["kl"] > 0.05, extra
+        # the policy loss differs (the ratio's reference), the value loss does not (V-trace is unchanged)
+        assert first["learner"]["policy_loss"] != first["acting"]["policy_loss"], extra
+        assert abs(first["learner"]["value_loss"] - first["acting"]["value_loss"]) < 1e-4, extra

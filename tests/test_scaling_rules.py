@@ -143,6 +143,7 @@ def test_bad_scaling_flags_are_one_line_errors() -> None:
     for words, expected in ((["--scale", "huge"], "--scale must be"), (["--lr-scaling", "log"], "--lr-scaling must"),
                             (["--lr-reference-batch", "0"], "--lr-reference-batch must"),
                             (["--value-transform", "log"], "--value-transform must"),
+                            (["--clip-reference", "behaviour"], "--clip-reference must be acting or learner"),
                             (["--scale", "small", "--minibatches", "3"], "--minibatches 3 must divide")):
         with pytest.raises(ConfigError, match=expected):
             parse(*words)

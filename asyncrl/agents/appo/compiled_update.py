@@ -55,11 +55,13 @@ def forward_loss(model: ActorCritic, settings: LossSettings, obs: Obs, actions: 
                  behaviour_logp: torch.Tensor, rewards: torch.Tensor, terminated: torch.Tensor, mask: torch.Tensor,
                  truncated: torch.Tensor, final_values: torch.Tensor, has_final: torch.Tensor,
                  value_offset: torch.Tensor, first: torch.Tensor, initial_state: State,
+                 anchor_logp: torch.Tensor | None = None,
                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
     """(loss, stats, V-trace targets or None, training mask or None) of one time-major minibatch.
 
     `rewards` are already divided by the reward scale; `final_values` is V(final obs) where `has_final` (0
-    elsewhere), computed outside; `value_offset` a 0-dim tensor, read with `settings.center_values` only."""
+    elsewhere), computed outside; `value_offset` a 0-dim tensor, read with `settings.center_values` only;
+    `anchor_logp` as in `appo_loss` (None: the ratio is taken against `behaviour_logp`)."""
     t, b = rewards.shape
     with autocast(settings.autocast_dtype, rewards.device):
         if isinstance(model, RecurrentActorCritic):
@@ -81,5 +83,5 @@ def forward_loss(model: ActorCritic, settings: LossSettings, obs: Obs, actions: 
                             truncated=truncated, final_values=final_values, has_final=has_final,
                             value_transform=settings.value_transform,
                             value_offset=value_offset if settings.center_values else None,
-                            on_targets=keep if settings.keep_targets else None)
+                            on_targets=keep if settings.keep_targets else None, anchor_logp=anchor_logp)
     return loss, stats, kept.get("vs"), kept.get("mask")

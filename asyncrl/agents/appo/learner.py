@@ -21,7 +21,7 @@ from asyncrl.agents.appo.head import PolicyHead, RecurrentPolicyHead
 from asyncrl.agents.appo.loss import APPOHyperparams, appo_loss
 from asyncrl.agents.base import GradientHook, no_gradient_sync, no_heartbeat, same_update_count
 from asyncrl.agents.batch import Batch
-from asyncrl.agents.compiled import autocast_dtype, compile_fn, first_call
+from asyncrl.agents.compiled import autocast, autocast_dtype, compile_fn, first_call
 from asyncrl.agents.eager import Adam
 from asyncrl.agents.rng_state import load_rng_state, rng_state
 from asyncrl.agents.synthetic import synthetic_batch
@@ -138,6 +138,8 @@ class APPOLearner:
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
+        # --clip-reference learner: the ratio is taken against the policy as it is now, before this update
+        anchor = self._anchor_logp(batch, bounds) if cfg.clip_reference == "learner" else None
         sums: dict[str, float] = {}
         steps = 0
         normalizer = self.return_normalizer
@@ -146,9 +148,10 @@ class APPOLearner:
             # The targets of the first epoch (one pass over the batch) feed the running return scale.
             on_targets = normalizer.observer(scale) if normalizer is not None and epoch == 0 else None
             for cols in np.random.permutation(minibatches):
-                mb = batch.columns(slice(int(bounds[cols]), int(bounds[cols + 1])))
+                part = slice(int(bounds[cols]), int(bounds[cols + 1]))
+                mb = batch.columns(part)
                 mb_mask = mb.trainable(cfg.max_policy_lag)
-                stats = self._step(mb, mb_mask, scale, on_targets)
+                stats = self._step(mb, mb_mask, scale, on_targets, None if anchor is None else anchor[:, part])
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
@@ -176,6 +179,24 @@ class APPOLearner:
         )
         return out
 
+    @torch.no_grad()
+    def _anchor_logp(self, batch: Batch, bounds: np.ndarray) -> torch.Tensor:
+        """[T, B]: log-probs of the batch's actions under the current weights, one minibatch's columns at a time."""
+        t = batch.rewards.shape[0]
+        out = torch.empty_like(batch.behaviour_logp)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            part = slice(int(lo), int(hi))
+            mb = batch.columns(part)
+            with autocast(self.loss_settings.autocast_dtype, self.device):
+                if isinstance(self.model, RecurrentActorCritic):
+                    policy_out = self._unroll(mb)[0][: t * mb.rewards.shape[1]]
+                else:
+                    policy_out = self.model.policy_out(map_obs(mb.obs, lambda x: x[:-1].flatten(0, 1)))
+            dist = self.model.distribution(policy_out.float())
+            logp = dist.log_prob(mb.actions.reshape(-1, *self.spec.action_shape))
+            out[:, part] = logp.reshape(t, -1).to(out.dtype)
+        return out
+
     def warm_up(self) -> float | None:
         """With --compile learner|all: compile the update (forward, loss, backward) on a zero minibatch of the run's
         shape, leaving weights, optimizer and generators as they were; its seconds (None: nothing to compile).
@@ -189,7 +210,8 @@ class APPOLearner:
                              self.model.state_layout() if recurrent else None)
 
         def update() -> None:
-            loss, _ = self._pure_forward(mb, mb.trainable(cfg.max_policy_lag), 1.0, None)
+            anchor = mb.behaviour_logp.clone() if cfg.clip_reference == "learner" else None  # as real minibatches
+            loss, _ = self._pure_forward(mb, mb.trainable(cfg.max_policy_lag), 1.0, None, anchor)
             loss.backward()
             self.optimizer.zero_grad(set_to_none=True)
 
@@ -197,6 +219,7 @@ class APPOLearner:
 
     def _pure_forward(self, mb: Batch, mask: torch.Tensor, reward_scale: float,
                       on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None,
+                      anchor_logp: torch.Tensor | None = None,
                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(loss, stats) through `forward_loss` (compiled with --compile): no Python branch on the data."""
         has_final = mb.has_final()
@@ -210,7 +233,7 @@ class APPOLearner:
         loss, stats, vs, kept = self.forward_loss(*map(_contiguous, (
             self.model, self.loss_settings, mb.obs, mb.actions, mb.behaviour_logp,
             mb.rewards / reward_scale if reward_scale != 1.0 else mb.rewards, mb.terminated, mask,
-            mb.cut_without_terminal(), final_values, has_final, offset, mb.first, state)))
+            mb.cut_without_terminal(), final_values, has_final, offset, mb.first, state, anchor_logp)))
         if on_targets is not None and vs is not None and kept is not None:
             on_targets(vs, kept)
         return loss, stats
@@ -223,12 +246,13 @@ class APPOLearner:
         return not (isinstance(self.model, RecurrentActorCritic) and bool((mb.final_step >= 0).any()))
 
     def _step(self, mb: Batch, mask: torch.Tensor, reward_scale: float = 1.0,
-              on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, float]:
+              on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+              anchor_logp: torch.Tensor | None = None) -> dict[str, float]:
         t0 = time.monotonic()
         if self._pure_path(mb):
-            loss, stats = self._pure_forward(mb, mask, reward_scale, on_targets)
+            loss, stats = self._pure_forward(mb, mask, reward_scale, on_targets, anchor_logp)
         else:
-            loss, stats = self._eager_forward(mb, mask, reward_scale, on_targets)
+            loss, stats = self._eager_forward(mb, mask, reward_scale, on_targets, anchor_logp)
         self.optimizer.zero_grad(set_to_none=True)
         t1 = time.monotonic()
         loss.backward()
@@ -253,6 +277,7 @@ class APPOLearner:
 
     def _eager_forward(self, mb: Batch, mask: torch.Tensor, reward_scale: float,
                        on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None,
+                       anchor_logp: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(loss, stats) of one minibatch, eager: the model's own unroll (runs between resets as single RNN calls)."""
         t, b = mb.rewards.shape
@@ -276,7 +301,7 @@ class APPOLearner:
                                 truncated=mb.cut_without_terminal(),
                                 final_values=final_values, has_final=has_final,
                                 reward_scale=reward_scale, value_transform=self.value_transform,
-                                value_offset=self.value_offset, on_targets=on_targets)
+                                value_offset=self.value_offset, on_targets=on_targets, anchor_logp=anchor_logp)
         return loss, stats
 
     def _final_values(self, mb: Batch, has_final: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,7 @@ def appo_loss(
     value_transform: ValueTransform = IDENTITY,
     value_offset: float | None = None,
     on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    anchor_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and its named terms.
 
@@ -77,6 +78,9 @@ def appo_loss(
     the targets; the head then learns the targets minus a new offset, the mean gap between the targets and the
     head's own values, so its error has mean 0 over the minibatch and no step pushes it towards a constant (the
     new offset is `stats["value_offset"]`, for the next step).
+
+    `anchor_logp` (`--clip-reference learner`): [T, B] log-probs of the policy the clipped ratio is taken against
+    (and `kl`, `clip_fraction` measured from), in place of `behaviour_logp`; V-trace still uses `behaviour_logp`.
     """
     head = values
     values = value_transform.to_value(values.detach())
@@ -104,7 +108,8 @@ def appo_loss(
     advantages = targets.pg_advantages
     if hp.normalize_advantages:
         advantages = normalize_advantages(advantages, weights, std_floor=hp.adv_std_floor)
-    policy = clipped_surrogate_loss(logp, behaviour_logp, advantages, hp.clip_ratio, weights)
+    anchor = behaviour_logp if anchor_logp is None else anchor_logp
+    policy = clipped_surrogate_loss(logp, anchor, advantages, hp.clip_ratio, weights)
     offset = None
     if value_offset is not None:  # the bias in closed form: the head's values fitted to the targets' mean
         offset = masked_mean(targets.vs - (values[:-1] - value_offset), weights)
@@ -116,8 +121,8 @@ def appo_loss(
             "policy_loss": policy.detach(),
             "value_loss": value.detach(),
             "entropy": ent.detach(),
-            "kl": approx_kl(logp.detach(), behaviour_logp, weights),
-            "clip_fraction": clip_fraction(logp.detach(), behaviour_logp, hp.clip_ratio, weights),
+            "kl": approx_kl(logp.detach(), anchor, weights),
+            "clip_fraction": clip_fraction(logp.detach(), anchor, hp.clip_ratio, weights),
             "value_target_mean": targets.vs.mean(),
             "importance_ratio_mean": targets.rhos.mean(),
         }
