@@ -219,6 +219,9 @@ def run_system(system: str, cmd: list[str], run_dir: Path, timeout_s: float | No
     run_dir.mkdir(parents=True, exist_ok=True)
     offset = sum(seg["wall_s"] for seg in earlier)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if system == "sf2":  # its resume loads its own checkpoints with torch.load's old default; since torch 2.6 that
+        # default refuses the numpy scalar it stores once it has a best score, and it silently starts from scratch
+        env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     if system == "cleanrl":  # its script imports cleanrl_utils from the folder above it
         env["PYTHONPATH"] = str(Path(cmd[1]).resolve().parent.parent)
     print(f"[{system}] {' '.join(cmd)}", flush=True)
