@@ -104,14 +104,11 @@ def parse_sf2(lines: Iterable[str], segments: Sequence[Segment] | None = None) -
 def running_seconds(stamp: float, segments: Sequence[Segment]) -> float:
     """Epoch seconds `stamp` as seconds of running time: the earlier sittings' lengths plus the time into the
     sitting that had started by then (the first one for a stamp before any)."""
-    before = 0.0
-    current = segments[0]
-    for seg in segments:
+    before, current = 0.0, segments[0]
+    for seg in segments[1:]:
         if seg["started"] > stamp:
             break
-        if seg is not segments[0]:
-            before += current["wall_s"]
-        current = seg
+        before, current = before + current["wall_s"], seg
     return before + max(0.0, stamp - current["started"])
 
 
