@@ -12,6 +12,7 @@ import torch
 
 from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.agents.batch import Batch, gather_batch
+from asyncrl.algo.normalizers import RunningMeanStd
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
@@ -213,6 +214,79 @@ def test_one_bf16_update_matches_fp32(monkeypatch: pytest.MonkeyPatch, native_bf
     assert s16["loss"] == pytest.approx(s32["loss"], rel=BF16_LOSS_RTOL)
     assert s16["grad_norm"] == pytest.approx(s32["grad_norm"], rel=BF16_GRAD_NORM_RTOL)
     assert float(torch.nn.functional.cosine_similarity(fp32, bf16, dim=0)) >= BF16_UPDATE_COSINE
+
+
+# --- frames normalised per pixel (--normalize-obs on images) ----------------------------------------------
+
+
+def image_batch(t: int, b: int, seed: int = 0) -> Batch:
+    """Frames that are black but for one bright moving column and one constant grey pixel per frame."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.zeros((t + 1, b, *IMAGE_SPEC.obs_shape), dtype=torch.uint8)
+    obs[..., 10, 20] = 90  # constant: standardised to 0
+    cols = torch.randint(0, 84, (t + 1, b), generator=g)
+    for i in range(t + 1):
+        for j in range(b):
+            obs[i, j, :, :, int(cols[i, j])] = 255
+    return Batch(
+        obs=obs, actions=torch.randint(0, 6, (t, b), generator=g), behaviour_logp=torch.full((t, b), -1.79),
+        rewards=torch.randn(t, b, generator=g), terminated=torch.zeros(t, b, dtype=torch.bool),
+        truncated=torch.zeros(t, b, dtype=torch.bool),
+        final_obs=torch.zeros(b, *IMAGE_SPEC.obs_shape, dtype=torch.uint8),
+        final_step=torch.full((b,), -1), lag=torch.zeros(t, b, dtype=torch.int64),
+    )
+
+
+def test_frames_are_standardised_per_pixel_and_not_scaled_again() -> None:
+    """With --normalize-obs, uint8 frames get a running mean and variance per pixel (from the batch's trained
+    frames, the bootstrap row left out), the CNN reads the standardised pixels without its 1/255 scaling, and the
+    exported policy head computes the same outputs from raw frames."""
+    from asyncrl.agents.appo.head import PolicyHead
+
+    t, b = 4, 4
+    cfg = Config(env="image", minibatches=1, epochs=1, lr_schedule="constant", lr=1e-3, precision="fp32",
+                 normalize_obs=True)
+    torch.manual_seed(0)
+    learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
+    model, norm = learner.model, learner.model.obs_normalizer
+    assert norm.shape == IMAGE_SPEC.obs_shape and model.encoder.input_scale == 1.0
+    batch = image_batch(t, b)
+    with torch.no_grad():  # before any statistics, standardising is the CNN's usual / 255
+        torch.testing.assert_close(model._normalized(batch.obs[0]), batch.obs[0].float() / 255.0)
+    learner.train(batch, frames=0)
+    reference = RunningMeanStd(IMAGE_SPEC.obs_shape)  # every trained frame, in float64, from the same prior
+    reference.var.fill_(255.0**2)
+    reference.update(batch.obs[:-1].reshape(-1, *IMAGE_SPEC.obs_shape))
+    assert float(norm.count) == pytest.approx(float(reference.count), abs=1e-6)
+    torch.testing.assert_close(norm.mean, reference.mean, rtol=0, atol=1e-3)
+    torch.testing.assert_close(norm.var, reference.var, rtol=1e-4, atol=1e-3)
+    raw = image_batch(1, 3, seed=1).obs[0]
+    standardised = norm.normalize(raw.double()).float()
+    assert float(standardised[..., 10, 20].abs().max()) < 0.01  # the constant pixel is about 0, not 90/255
+    assert float(standardised.abs().max()) == 5.0  # a column never lit before is clipped
+    with torch.no_grad():
+        logits, _ = model(raw)
+        torch.testing.assert_close(model.policy_head(model.encoder(standardised)), logits, rtol=0, atol=1e-5)
+        model.encoder.input_scale = 1.0 / 255.0  # the CNN's own scaling on top would shrink its input 255x
+        assert float((model(raw)[0] - logits).abs().max()) > 1e-3
+        model.encoder.input_scale = 1.0
+        torch.testing.assert_close(PolicyHead(model, IMAGE_SPEC)(raw), logits, rtol=0, atol=1e-5)
+
+
+def test_a_large_batch_folds_a_strided_sample_of_its_frames() -> None:
+    from asyncrl.models.actor_critic import IMAGE_STATS_SAMPLES
+
+    cfg = Config(env="image", minibatches=1, epochs=1, lr_schedule="constant", precision="fp32", normalize_obs=True)
+    learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
+    t, b = 40, 16  # 640 frames
+    obs = torch.zeros((t, b, *IMAGE_SPEC.obs_shape), dtype=torch.uint8)
+    obs[:, :, 0, 0, 0] = torch.arange(t * b).reshape(t, b) % 256
+    learner.model.update_obs_normalizer(obs, torch.ones(t, b, dtype=torch.bool))
+    picked = (torch.arange(t * b)[::3] % 256).double()  # ceil(640 / 256) = 3: every third frame
+    assert picked.numel() <= IMAGE_STATS_SAMPLES
+    norm = learner.model.obs_normalizer
+    assert float(norm.count) == pytest.approx(picked.numel(), abs=1e-3)
+    assert float(norm.mean[0, 0, 0]) == pytest.approx(float(picked.mean()), abs=1e-2)
 
 
 # --- checkpoint pruning ------------------------------------------------------------------------------------

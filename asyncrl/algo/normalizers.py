@@ -12,7 +12,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["RunningMeanStd", "symexp", "symlog"]
+__all__ = ["NORM_EPS", "OBS_CLIP", "RunningMeanStd", "symexp", "symlog"]
+
+OBS_CLIP = 5.0  # normalised observations are clipped to +-OBS_CLIP
+NORM_EPS = 1e-8  # added to the variance before its square root
 
 
 class RunningMeanStd(nn.Module):
@@ -90,7 +93,7 @@ class RunningMeanStd(nn.Module):
         self.var.copy_((m2 / total).expand_as(self.var))
         self.count.copy_(total)
 
-    def normalize(self, x: torch.Tensor, clip: float | None = 5.0, eps: float = 1e-8) -> torch.Tensor:
+    def normalize(self, x: torch.Tensor, clip: float | None = OBS_CLIP, eps: float = NORM_EPS) -> torch.Tensor:
         """``clamp((x - mean) / sqrt(var + eps), -clip, clip)`` in ``x``'s dtype (``clip=None``: no clamp)."""
         mean = self.mean.to(device=x.device, dtype=x.dtype)
         var = self.var.to(device=x.device, dtype=x.dtype)
@@ -99,7 +102,7 @@ class RunningMeanStd(nn.Module):
             y = torch.clamp(y, -clip, clip)
         return y
 
-    def denormalize(self, y: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    def denormalize(self, y: torch.Tensor, eps: float = NORM_EPS) -> torch.Tensor:
         """Inverse of :meth:`normalize` without clipping: ``y * sqrt(var + eps) + mean``."""
         mean = self.mean.to(device=y.device, dtype=y.dtype)
         var = self.var.to(device=y.device, dtype=y.dtype)

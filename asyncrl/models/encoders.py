@@ -22,10 +22,12 @@ EncoderFactory = Callable[[Any, int], nn.Module]  # (obs_shape, hidden_size) -> 
 
 class FrameEncoder(nn.Module):
     """A convolution stack over frames (`conv`, ending in a flatten) and a ReLU linear layer of `out_features` on
-    its output; uint8 frames are scaled to [0, 1] inside."""
+    its output; uint8 frames are scaled to [0, 1] inside (`input_scale`; 1.0 where the model's observation
+    normaliser has already standardised each pixel)."""
 
     def __init__(self, conv: nn.Sequential, in_channels: int, height: int, width: int, out_features: int):
         super().__init__()
+        self.input_scale = 1.0 / 255.0
         self.conv = conv
         with torch.no_grad():
             n_flat = self.conv(torch.zeros(1, in_channels, height, width)).shape[1]
@@ -35,7 +37,7 @@ class FrameEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.conv[0].weight.is_contiguous(memory_format=torch.channels_last):
             obs = obs.contiguous(memory_format=torch.channels_last)  # convert the uint8 frames: 4x less to copy
-        return self.fc(self.conv(_float_frames(obs)))  # under autocast: straight to bf16
+        return self.fc(self.conv(_float_frames(obs, self.input_scale)))  # under autocast: straight to bf16
 
 
 class NatureCNN(FrameEncoder):
@@ -51,11 +53,12 @@ class NatureCNN(FrameEncoder):
         super().__init__(conv, in_channels, height, width, out_features)
 
 
-def _float_frames(obs: torch.Tensor) -> torch.Tensor:
-    """Frames in [0, 1] (uint8 scaled by 1/255), in the autocast dtype when autocast is on (bf16 straight away)."""
+def _float_frames(obs: torch.Tensor, scale: float) -> torch.Tensor:
+    """Frames times `scale` (uint8 by 1/255: [0, 1]), in the autocast dtype when autocast is on (bf16 straight
+    away)."""
     device = obs.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
-    return obs.to(dtype) * (1.0 / 255.0)
+    return obs.to(dtype) if scale == 1.0 else obs.to(dtype) * scale
 
 
 class ResidualBlock(nn.Module):

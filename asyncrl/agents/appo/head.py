@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from asyncrl.agents.acting import FeedForward, State, module_device
+from asyncrl.algo.normalizers import NORM_EPS, OBS_CLIP
 from asyncrl.envs.base import EnvSpec
 from asyncrl.models.actor_critic import (
     ActorCritic,
@@ -23,9 +24,6 @@ from asyncrl.models.actor_critic import (
 from asyncrl.models.cores import reset_rows
 from asyncrl.models.obs import Obs
 from asyncrl.models.tuple_actions import clip_boxes
-
-OBS_CLIP = 5.0  # RunningMeanStd.normalize's default clip, what the trained model applies
-NORM_EPS = 1e-8
 
 
 class PolicyHead(nn.Module, FeedForward):
@@ -128,7 +126,7 @@ class PolicyHead(nn.Module, FeedForward):
             pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
                         "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
                         "applied_inside_model": True})
-        if spec.has_image:
+        if spec.has_image and not (self.normalize and not self.dict_obs):  # normalised frames are not scaled
             pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True,
                         **({"keys": [k.key for k in spec.obs_keys if k.image]} if spec.is_dict else {})})
         if spec.is_tuple:
