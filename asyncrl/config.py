@@ -223,8 +223,8 @@ class Config:
         "task's near-zero advantages are not scaled up to unit size (reward units; the vector preset's 1.0 keeps "
         "a solved task solved)")
     normalize_obs: bool = ppo_setting(False,
-        "running mean/std observation normalisation (frames: per pixel, in place of the CNN's / 255, as Sample "
-        "Factory's normalize_input; a Dict observation: its vector keys)")
+        "running mean/std observation normalisation, per key of a Dict observation; frames per pixel, in place of "
+        "the CNN's / 255 (Sample Factory's normalize_input)")
     normalize_returns: bool = ppo_setting(False,
         "divide rewards by a running RMS of the V-trace targets (PopArt-lite, asyncrl/algo/return_norm.py) "
         "so value targets are of order 1")

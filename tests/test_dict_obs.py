@@ -105,16 +105,24 @@ def test_replay_learners_refuse_dict_observations(algo: str) -> None:
         check_algo_env(Config(env="tests.custom_env:SignMatch", algo=algo), gym_env_spec("x", SignMatch()))
 
 
-def test_normaliser_covers_vector_keys_only() -> None:
+def test_normaliser_covers_every_key_frames_per_pixel() -> None:
     spec = gym_env_spec("x", SignMatch())
     model = build_model(spec, normalize_obs=True)
-    assert set(model.obs_normalizer.keys()) == {"cue"}
-    obs = {"screen": torch.full((6, 3, 36, 36), 7, dtype=torch.uint8), "cue": torch.randn(6, 2) * 3 + 1}
+    assert set(model.obs_normalizer.keys()) == {"cue", "screen"} and model.frame_keys == {"screen"}
+    assert model.encoder.encoders["screen"].input_scale == 1.0  # the CNN reads standardised pixels, no / 255
+    screen = torch.full((6, 3, 36, 36), 7, dtype=torch.uint8)
+    screen[:3, :, 5, 5] = 200  # one pixel lit in half the frames
+    obs = {"screen": screen, "cue": torch.randn(6, 2) * 3 + 1}
+    before = model._normalized(obs)["screen"]  # no statistics yet: the CNN's usual scaling
+    torch.testing.assert_close(before, screen.float() / 255.0)
     model.update_obs_normalizer(obs, torch.ones(6, dtype=torch.bool))
     torch.testing.assert_close(model.obs_normalizer["cue"].mean.float(), obs["cue"].mean(0), atol=1e-3, rtol=0)
     normalized = model._normalized(obs)
-    assert normalized["screen"] is obs["screen"]
     assert abs(float(normalized["cue"].mean())) < 0.1
+    assert float(normalized["screen"][:, :, 0, 0].abs().max()) < 0.01  # a constant pixel reads about 0
+    torch.testing.assert_close(normalized["screen"][:, 0, 5, 5], torch.tensor([1.0] * 3 + [-1.0] * 3), atol=1e-3,
+                               rtol=0)
+    assert obs["screen"].dtype == torch.uint8 and int(obs["screen"][0, 0, 5, 5]) == 200  # the input is untouched
     policy_out, value = model(obs)
     assert policy_out.shape == (6, 2) and value.shape == (6,)
 
@@ -158,6 +166,8 @@ def test_dict_policy_exports_to_torchscript_and_onnx(tmp_path: Path) -> None:
     norm = model.obs_normalizer["cue"]
     norm.mean.copy_(torch.tensor([0.5, -1.0]))
     norm.var.copy_(torch.tensor([0.04, 4.0]))
+    model.obs_normalizer["screen"].mean.fill_(100.0)  # per pixel: 255 reads +3.1, 0 reads -2
+    model.obs_normalizer["screen"].var.fill_(50.0**2)
     run_dir = str(tmp_path / "x")
     save_checkpoint(run_dir, 1, {"config": cfg.to_json(), "env": cfg.env,
                                  "learner": {"model": model.state_dict(), "version": 1}}, keep=1)
@@ -178,7 +188,7 @@ def test_dict_policy_exports_to_torchscript_and_onnx(tmp_path: Path) -> None:
     info = json.loads((tmp_path / "out" / "policy.json").read_text())
     assert [(k["name"], k["shape"], k["dtype"]) for k in info["input"]["keys"]] == [
         ("cue", ["N", 2], "float32"), ("screen", ["N", 3, 36, 36], "uint8")]
-    assert [p["op"] for p in info["preprocessing"]] == ["normalize", "scale"]
+    assert [p["op"] for p in info["preprocessing"]] == ["normalize"]  # frames standardised too, not scaled
     ort = pytest.importorskip("onnxruntime")
     assert export_main([run_dir, "--format", "onnx", "--out", str(onnx_path)]) == 0
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])

@@ -12,7 +12,7 @@ import torch
 
 from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.agents.batch import Batch, gather_batch
-from asyncrl.algo.normalizers import RunningMeanStd
+from asyncrl.algo.normalizers import FRAME_STATS_SAMPLES, RunningMeanStd
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
@@ -274,7 +274,6 @@ def test_frames_are_standardised_per_pixel_and_not_scaled_again() -> None:
 
 
 def test_a_large_batch_folds_a_strided_sample_of_its_frames() -> None:
-    from asyncrl.models.actor_critic import IMAGE_STATS_SAMPLES
 
     cfg = Config(env="image", minibatches=1, epochs=1, lr_schedule="constant", precision="fp32", normalize_obs=True)
     learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
@@ -283,7 +282,7 @@ def test_a_large_batch_folds_a_strided_sample_of_its_frames() -> None:
     obs[:, :, 0, 0, 0] = torch.arange(t * b).reshape(t, b) % 256
     learner.model.update_obs_normalizer(obs, torch.ones(t, b, dtype=torch.bool))
     picked = (torch.arange(t * b)[::3] % 256).double()  # ceil(640 / 256) = 3: every third frame
-    assert picked.numel() <= IMAGE_STATS_SAMPLES
+    assert picked.numel() <= FRAME_STATS_SAMPLES
     norm = learner.model.obs_normalizer
     assert float(norm.count) == pytest.approx(picked.numel(), abs=1e-3)
     assert float(norm.mean[0, 0, 0]) == pytest.approx(float(picked.mean()), abs=1e-2)

@@ -12,10 +12,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["NORM_EPS", "OBS_CLIP", "RunningMeanStd", "symexp", "symlog"]
+__all__ = ["FRAME_STATS_SAMPLES", "NORM_EPS", "OBS_CLIP", "RunningMeanStd", "fold_frames", "frame_normalizer",
+           "standardize_frames", "symexp", "symlog"]
 
 OBS_CLIP = 5.0  # normalised observations are clipped to +-OBS_CLIP
 NORM_EPS = 1e-8  # added to the variance before its square root
+# Frames folded into the per-pixel statistics a learner batch (strided): a whole 1,024-frame Atari batch cost 0.27
+# CPU-s an update in float32, a quarter of the update itself.
+FRAME_STATS_SAMPLES = 256
 
 
 class RunningMeanStd(nn.Module):
@@ -110,6 +114,32 @@ class RunningMeanStd(nn.Module):
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, count={float(self.count):.6g}"
+
+
+def frame_normalizer(shape: Sequence[int]) -> RunningMeanStd:
+    """Per-pixel statistics of uint8 frames whose prior (mean 0, std 255) makes standardising the CNN's usual
+    pixels / 255 until the first batch's moments arrive: the first batch is not read with every bright pixel
+    clipped to +OBS_CLIP."""
+    stats = RunningMeanStd(shape)
+    stats.var.fill_(255.0**2)
+    return stats
+
+
+def standardize_frames(frames: torch.Tensor, stats: RunningMeanStd) -> torch.Tensor:
+    """``clamp((frames - mean) / sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)`` in float32, in place on a copy of the
+    frames (half the time of ``normalize`` on a 1,024-frame Atari batch)."""
+    mean = stats.mean.to(device=frames.device, dtype=torch.float32)
+    inv_std = torch.rsqrt(stats.var + NORM_EPS).to(device=frames.device, dtype=torch.float32)
+    return frames.to(torch.float32, copy=True).sub_(mean).mul_(inv_std).clamp_(-OBS_CLIP, OBS_CLIP)
+
+
+@torch.no_grad()
+def fold_frames(stats: RunningMeanStd, frames: torch.Tensor) -> None:
+    """Fold the moments of at most FRAME_STATS_SAMPLES of `frames` [N, *shape] (every k-th), taken in float32."""
+    frames = frames[:: max(1, -(-frames.shape[0] // FRAME_STATS_SAMPLES))].float()
+    if frames.shape[0]:
+        var, mean = torch.var_mean(frames, dim=0, unbiased=False)
+        stats.merge(mean, var, frames.shape[0])
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from asyncrl.algo.normalizers import NORM_EPS, OBS_CLIP, RunningMeanStd
+from asyncrl.algo.normalizers import RunningMeanStd, fold_frames, frame_normalizer, standardize_frames
 from asyncrl.envs.base import MASK_KEY, EnvSpec
 from asyncrl.models.categorical import PAD_LOGIT, MultiCategorical, gumbel_argmax
 from asyncrl.models.cores import RecurrentCore, State, build_core, reset_rows
@@ -27,10 +27,6 @@ from asyncrl.models.encoders import (
 from asyncrl.models.obs import Obs, map_obs
 from asyncrl.models.registry import AUTO, ENCODERS, IMAGE_ENCODERS, NO_CORE, is_user_encoder, resolve
 from asyncrl.models.tuple_actions import TupleDistribution, clip_boxes
-
-# Frames folded into the per-pixel statistics a learner batch (strided): a whole 1,024-frame Atari batch cost 0.27
-# CPU-s an update in float32, a quarter of the update itself.
-IMAGE_STATS_SAMPLES = 256
 
 
 def apply_action_mask(logits: torch.Tensor, obs: Obs) -> torch.Tensor:
@@ -100,19 +96,23 @@ class ActorCritic(nn.Module):
         self.value_head = _init_linear(nn.Linear(width, 1), 1.0)
         if spec.gaussian_dims:  # a Box action, or a Tuple's Box parts
             self.log_std = nn.Parameter(torch.zeros(spec.gaussian_dims))
-        # Frames too, per pixel, as Sample Factory's normalize_input: the CNN then reads standardised pixels (static
+        # Frames too, per pixel, as Sample Factory's normalize_input: the CNNs then read standardised pixels (static
         # background near 0, what moves up to +-5) instead of pixels / 255.
-        self.obs_normalizer: nn.Module | None = RunningMeanStd(spec.obs_shape) if normalize_obs else None
+        self.obs_normalizer: nn.Module | None = None
         self.image_normalized = normalize_obs and image and not spec.is_dict
-        if self.image_normalized:
-            # Until the first batch's moments come in, standardising is the CNN's own scaling (mean 0, std 255): the
-            # first batch is acted on and trained with pixels / 255, not with every bright pixel clipped to +5.
-            self.obs_normalizer.var.fill_(255.0**2)
-            if isinstance(self.encoder, FrameEncoder):
+        self.frame_keys: frozenset[str] = frozenset()  # a Dict observation's keys normalised per pixel
+        if normalize_obs and spec.is_dict:  # one per key; frame keys per pixel
+            self.frame_keys = frozenset(k.key for k in spec.feature_keys if k.image)
+            self.obs_normalizer = nn.ModuleDict({
+                k.key: frame_normalizer(k.shape) if k.image else RunningMeanStd(k.shape) for k in spec.feature_keys})
+            cnns = self.encoder.encoders if isinstance(self.encoder, DictEncoder) else {}
+            for key in self.frame_keys & set(cnns):
+                if isinstance(cnns[key], FrameEncoder):
+                    cnns[key].input_scale = 1.0
+        elif normalize_obs:
+            self.obs_normalizer = frame_normalizer(spec.obs_shape) if image else RunningMeanStd(spec.obs_shape)
+            if image and isinstance(self.encoder, FrameEncoder):
                 self.encoder.input_scale = 1.0
-        if spec.is_dict:  # vector keys only
-            vectors = {k.key: RunningMeanStd(k.shape) for k in spec.feature_keys if not k.image}
-            self.obs_normalizer = nn.ModuleDict(vectors) if normalize_obs and vectors else None
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
         for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
             if isinstance(encoder, UserEncoder):  # a user's module keeps its own initialisation
@@ -149,27 +149,25 @@ class ActorCritic(nn.Module):
             return obs
         if isinstance(obs, dict):
             norms = self.obs_normalizer
-            return {k: norms[k].normalize(v.float()).float() if k in norms else v for k, v in obs.items()}
-        if self.image_normalized:  # in place on a float copy of the frames: half the time of normalize()
-            norm = self.obs_normalizer
-            mean = norm.mean.to(device=obs.device, dtype=torch.float32)
-            inv_std = torch.rsqrt(norm.var + NORM_EPS).to(device=obs.device, dtype=torch.float32)
-            return obs.to(torch.float32, copy=True).sub_(mean).mul_(inv_std).clamp_(-OBS_CLIP, OBS_CLIP)
+            return {k: v if k not in norms else standardize_frames(v, norms[k]) if k in self.frame_keys
+                    else norms[k].normalize(v.float()).float() for k, v in obs.items()}
+        if self.image_normalized:
+            return standardize_frames(obs, self.obs_normalizer)
         return self.obs_normalizer.normalize(obs.float()).float()
 
     def update_obs_normalizer(self, obs: Obs, mask: torch.Tensor) -> None:
-        """Fold the observations where `mask` (their leading dimensions) is True into the normaliser."""
+        """Fold the observations where `mask` (their leading dimensions) is True into the normaliser (frames: a
+        strided sample of them, `fold_frames`)."""
         if self.obs_normalizer is None:
             return
         if isinstance(obs, dict):
             for k, norm in self.obs_normalizer.items():
-                norm.update(obs[k][mask])
-        elif self.image_normalized:  # moments of at most IMAGE_STATS_SAMPLES frames a batch, in float32
-            frames = obs[mask]
-            frames = frames[:: max(1, -(-frames.shape[0] // IMAGE_STATS_SAMPLES))].float()
-            if frames.shape[0]:
-                var, mean = torch.var_mean(frames, dim=0, unbiased=False)
-                self.obs_normalizer.merge(mean, var, frames.shape[0])
+                if k in self.frame_keys:
+                    fold_frames(norm, obs[k][mask])
+                else:
+                    norm.update(obs[k][mask])
+        elif self.image_normalized:
+            fold_frames(self.obs_normalizer, obs[mask])
         else:
             self.obs_normalizer.update(obs[mask])
 

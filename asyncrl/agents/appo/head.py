@@ -126,9 +126,13 @@ class PolicyHead(nn.Module, FeedForward):
             pre.append({"op": "normalize", "formula": "clip((obs - mean) / sqrt(var + eps), -clip, clip)",
                         "eps": NORM_EPS, "clip": OBS_CLIP, "mean_key": "obs_mean", "var_key": "obs_var",
                         "applied_inside_model": True})
-        if spec.has_image and not (self.normalize and not self.dict_obs):  # normalised frames are not scaled
-            pre.append({"op": "scale", "formula": "obs / 255", "applied_inside_model": True,
-                        **({"keys": [k.key for k in spec.obs_keys if k.image]} if spec.is_dict else {})})
+        scale = {"op": "scale", "formula": "obs / 255", "applied_inside_model": True}  # frames not normalised
+        if self.dict_obs:
+            scaled = [k.key for k in spec.obs_keys if k.image and k.key not in self.normalized_keys]
+            if scaled:
+                pre.append({**scale, "keys": scaled})
+        elif spec.has_image and not self.normalize:
+            pre.append(scale)
         if spec.is_tuple:
             output = {"name": "logits_and_means", "shape": ["N", spec.num_actions],
                       "meaning": "each Tuple part's logits (Discrete, MultiDiscrete component after component) or "
