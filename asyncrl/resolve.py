@@ -31,6 +31,7 @@ from asyncrl.config import (
     check_experiment_name,
     parse_env_kwargs,
 )
+from asyncrl.models.registry import is_user_encoder
 from asyncrl.presets import PRESETS, preset_for
 from asyncrl.spec_memo import EnvSpecs
 from asyncrl.system import available_memory, usable_cpus
@@ -277,6 +278,9 @@ def resolve_settings(explicit: dict[str, Any], config_file: str | None = None) -
     check_applicable(merged["algo"], [k for k, v in explicit.items() if k in on_command_line or v != base.get(k)])
     if "lr" in explicit and "lr_base" not in explicit:
         merged["lr_base"] = 0.0  # the given --lr is the base rate that --lr-scaling scales
+    if saved is None and preset.get("normalize_obs") and "normalize_obs" not in explicit and \
+            is_user_encoder(str(merged.get("encoder", ""))):
+        merged["normalize_obs"] = False  # a user's encoder reads the env's own frames unless --normalize-obs is given
     if saved is None and "batch_size" not in explicit:
         merged.update(whole_trajectories(merged))
     if saved is None:  # a resumed run's config.json holds the rule it resolved

@@ -33,7 +33,8 @@ MinAtar's get `gymnax_minatar`).
 `--algo sac|td3|redq` lays `off_policy` (and `off_policy_<algo>`) over the env's preset. `asyncrl-train --env ENV
 --print-config` shows the result.
 
-A blank cell is the `Config` default (first column); `atari` and `doom` are the defaults themselves.
+A blank cell is the `Config` default (first column); `atari` is the defaults with frames normalised per pixel
+(`--normalize-obs`), `doom` the defaults themselves.
 """
 
 

@@ -85,6 +85,20 @@ def test_preset_follows_the_observation_space() -> None:
     assert cfg.batch_size == 1024 and cfg.rollout == 32  # the Atari (Config) defaults, not the vector preset's
 
 
+def test_frames_are_normalised_by_default_except_for_a_users_encoder() -> None:
+    """The Atari preset standardises frames per pixel (--normalize-obs); a user's --encoder module reads the env's
+    own frames unless the flag is given; vector presets and the replay learners leave observations alone."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    assert config_from_flags(env="atari_pong").normalize_obs
+    assert config_from_flags(env="tests.custom_env:ChannelsLastImages").normalize_obs  # any uint8 frames
+    assert not config_from_flags(env="atari_pong", normalize_obs=False).normalize_obs
+    user = "recurrent_models:small_encoder"
+    assert not config_from_flags(env="atari_pong", encoder=user).normalize_obs
+    assert config_from_flags(env="atari_pong", encoder=user, normalize_obs=True).normalize_obs
+    assert config_from_flags(env="atari_pong", encoder="impala").normalize_obs
+    assert not config_from_flags(env="CartPole-v1").normalize_obs
+
+
 def test_the_scale_memory_estimate_makes_the_env_with_its_kwargs(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncrl.resolve as resolve
     from asyncrl.config import Config
