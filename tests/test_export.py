@@ -112,7 +112,7 @@ def test_frames_trained_with_per_pixel_normalisation_export_exactly(tmp_path: Pa
     (0, 0, c) always 10 + 50c): the checkpoint's statistics are per pixel of the channels-first frames the
     learner saw through shared memory, and the exported policy reproduces the trained one on raw frames."""
     sys.path.insert(0, str(ROOT))
-    result = run_cli(["--env", "tests.custom_env:NoisyFrames", "--normalize-obs", "--frames", "3000",
+    result = run_cli(["--env", "tests.custom_env:NoisyFrames", "--normalize-obs", "--frames", "1200",
                       "--workers", "1", "--envs-per-worker", "4", "--rollout", "8", "--batch-size", "32",
                       "--experiment", "frames"], tmp_path / "train", timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
