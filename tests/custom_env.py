@@ -102,30 +102,6 @@ class TwoChoiceBandit(gym.Env):
         return np.zeros(2, np.float32), float(action[0] == 3) + float(action[1] == 2), False, self.t >= 8, {}
 
 
-class NoisyFrames(gym.Env):
-    """(H, W, C) uint8 frames of uniform noise but for pixel (0, 0, c), always 10 + 50c; reward 0; 4-step
-    episodes."""
-
-    def __init__(self, channels: int = 3, size: int = 40) -> None:
-        self.observation_space = gym.spaces.Box(0, 255, shape=(size, size + 4, channels), dtype=np.uint8)
-        self.action_space = gym.spaces.Discrete(2)
-        self.t = 0
-
-    def _obs(self) -> np.ndarray:
-        frame = self.np_random.integers(0, 256, self.observation_space.shape, dtype=np.uint8)
-        frame[0, 0] = 10 + 50 * np.arange(frame.shape[2])
-        return frame
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: int):
-        self.t += 1
-        return self._obs(), 0.0, False, self.t >= 4, {}
-
-
 class ChannelsLastImages(gym.Env):
     """(H, W, C) uint8 frames whose pixel (y, x, c) is y + 2x + 50c + t, t the step; reward 0; episodes of 3 steps."""
 
@@ -146,3 +122,12 @@ class ChannelsLastImages(gym.Env):
     def step(self, action: int):
         self.t += 1
         return self._obs(), 0.0, False, self.t >= 3, {}
+
+
+class NoisyFrames(ChannelsLastImages):
+    """ChannelsLastImages' frames and episodes, but uniform noise except pixel (0, 0, c), always 10 + 50c."""
+
+    def _obs(self) -> np.ndarray:
+        frame = self.np_random.integers(0, 256, self.observation_space.shape, dtype=np.uint8)
+        frame[0, 0] = 10 + 50 * np.arange(frame.shape[2])
+        return frame

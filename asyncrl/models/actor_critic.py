@@ -148,9 +148,10 @@ class ActorCritic(nn.Module):
         if self.obs_normalizer is None:
             return obs
         if isinstance(obs, dict):
-            norms = self.obs_normalizer
-            return {k: v if k not in norms else standardize_frames(v, norms[k]) if k in self.frame_keys
-                    else norms[k].normalize(v.float()).float() for k, v in obs.items()}
+            out = dict(obs)
+            for k, norm in self.obs_normalizer.items():
+                out[k] = standardize_frames(obs[k], norm) if k in self.frame_keys else norm.normalize(obs[k].float())
+            return out
         if self.image_normalized:
             return standardize_frames(obs, self.obs_normalizer)
         return self.obs_normalizer.normalize(obs.float()).float()

@@ -23,7 +23,7 @@ VECTOR: dict[str, Any] = {
 
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     # Frames standardised per pixel (--normalize-obs, Sample Factory's Atari setting): on Pong the mean of the last
-    # 100 games passed -19.5 at 0.78-0.85M frames where pixels / 255 took 3.75-4.58M (docs/results.md). A user's
+    # 100 games passed -19.5 at 0.65-0.85M frames where pixels / 255 took 3.75-4.58M (docs/results.md). A user's
     # --encoder module gets the frames as the env gives them unless --normalize-obs is given (asyncrl/resolve.py).
     "atari": {"normalize_obs": True},
     # VizDoom frames go through the same Nature CNN; Atari's settings, with rewards scaled per scenario in
