@@ -273,19 +273,48 @@ def test_frames_are_standardised_per_pixel_and_not_scaled_again() -> None:
         torch.testing.assert_close(PolicyHead(model, IMAGE_SPEC)(raw), logits, rtol=0, atol=1e-5)
 
 
-def test_a_large_batch_folds_a_strided_sample_of_its_frames() -> None:
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_batch_standardised_once_reads_as_standardised_per_minibatch(precision: str) -> None:
+    """The learner standardises a batch's frames once for all its epochs (`prepare_input`, in the encoder's compute
+    dtype) and the model, inside `prepared_input`, does not standardise them again: the same outputs as the
+    policy workers' path, which standardises every call."""
+    cfg = Config(env="image", minibatches=2, epochs=2, lr_schedule="constant", precision=precision,
+                 normalize_obs=True)
+    torch.manual_seed(0)
+    learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
+    learner.train(image_batch(4, 4), frames=0)  # statistics away from the prior
+    model, raw = learner.model, image_batch(1, 6, seed=2).obs[0]
+    prepared = model.prepare_input(raw)
+    assert prepared.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+    with torch.no_grad():
+        logits, value = model(raw)
+        with model.prepared_input():
+            again, value_again = model(prepared)
+        torch.testing.assert_close(again, logits, rtol=0, atol=0)
+        torch.testing.assert_close(value_again, value, rtol=0, atol=0)
+        assert not model.input_ready  # outside, every call standardises again
+        assert float((model(prepared.float())[0] - logits).abs().max()) > 1e-3  # standardised twice
 
+
+def test_a_large_batch_folds_a_strided_sample_of_its_trained_frames() -> None:
+    """At most FRAME_STATS_SAMPLES frames a batch, every k-th of those the mask keeps (the others never count)."""
     cfg = Config(env="image", minibatches=1, epochs=1, lr_schedule="constant", precision="fp32", normalize_obs=True)
     learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
-    t, b = 40, 16  # 640 frames
+    t, b = 40, 16  # 640 frames, 600 of them kept
     obs = torch.zeros((t, b, *IMAGE_SPEC.obs_shape), dtype=torch.uint8)
-    obs[:, :, 0, 0, 0] = torch.arange(t * b).reshape(t, b) % 256
-    learner.model.update_obs_normalizer(obs, torch.ones(t, b, dtype=torch.bool))
-    picked = (torch.arange(t * b)[::3] % 256).double()  # ceil(640 / 256) = 3: every third frame
+    values = torch.arange(t * b).reshape(t, b) % 200
+    obs[:, :, 0, 0, 0] = values
+    mask = torch.ones(t, b, dtype=torch.bool)
+    mask[:, -1] = False
+    obs[:, -1, 0, 0, 0] = 255  # masked out: would pull the mean up
+    learner.model.update_obs_normalizer(obs, mask)
+    picked = values[mask][::3].double()  # ceil(600 / 256) = 3: every third kept frame
     assert picked.numel() <= FRAME_STATS_SAMPLES
     norm = learner.model.obs_normalizer
     assert float(norm.count) == pytest.approx(picked.numel(), abs=1e-3)
     assert float(norm.mean[0, 0, 0]) == pytest.approx(float(picked.mean()), abs=1e-2)
+    assert float(norm.var[0, 0, 0]) == pytest.approx(float(picked.var(unbiased=False)), rel=1e-3)
+    assert float(norm.mean[0, 0, 1]) == 0.0 and float(norm.var[0, 0, 1]) < 0.1  # a constant pixel, not the 255**2 prior
 
 
 # --- checkpoint pruning ------------------------------------------------------------------------------------

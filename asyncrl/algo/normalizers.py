@@ -18,8 +18,10 @@ __all__ = ["FRAME_STATS_SAMPLES", "NORM_EPS", "OBS_CLIP", "RunningMeanStd", "fol
 OBS_CLIP = 5.0  # normalised observations are clipped to +-OBS_CLIP
 NORM_EPS = 1e-8  # added to the variance before its square root
 # Frames folded into the per-pixel statistics a learner batch (strided): a whole 1,024-frame Atari batch cost 0.27
-# CPU-s an update in float32, a quarter of the update itself.
+# CPU-s an update with torch.var_mean, a quarter of the update itself; 256 of them as matrix products cost 8 ms.
 FRAME_STATS_SAMPLES = 256
+# Values standardised at a time on a CPU (`standardize_frames`): 9 Atari frames, about 1 MB in float32.
+STANDARDIZE_CHUNK = 2**18
 
 
 class RunningMeanStd(nn.Module):
@@ -125,21 +127,46 @@ def frame_normalizer(shape: Sequence[int]) -> RunningMeanStd:
     return stats
 
 
-def standardize_frames(frames: torch.Tensor, stats: RunningMeanStd) -> torch.Tensor:
-    """``clamp((frames - mean) / sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)`` in float32, in place on a copy of the
-    frames (half the time of ``normalize`` on a 1,024-frame Atari batch)."""
-    mean = stats.mean.to(device=frames.device, dtype=torch.float32)
-    inv_std = torch.rsqrt(stats.var + NORM_EPS).to(device=frames.device, dtype=torch.float32)
-    return frames.to(torch.float32, copy=True).sub_(mean).mul_(inv_std).clamp_(-OBS_CLIP, OBS_CLIP)
+def standardize_frames(frames: torch.Tensor, stats: RunningMeanStd, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``clamp((frames - mean) / sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)``, computed in float32 as ``frames *
+    scale + shift`` and stored as `dtype`. On a CPU a few frames at a time (about STANDARDIZE_CHUNK values), so the
+    float32 intermediates stay in cache: 1,056 Atari frames to bf16 in 50-65 ms against 157 ms for whole-tensor
+    operations, and less than the CNN's own uint8 -> bf16 / 255 (85 ms)."""
+    scale = torch.rsqrt(stats.var + NORM_EPS)
+    shift = (-stats.mean * scale).to(device=frames.device, dtype=torch.float32)
+    scale = scale.to(device=frames.device, dtype=torch.float32)
+    flat = frames.reshape(-1, *stats.shape)
+    out = torch.empty(flat.shape, dtype=dtype, device=frames.device)
+    step = max(1, STANDARDIZE_CHUNK // max(1, scale.numel())) if frames.device.type == "cpu" else flat.shape[0]
+    work = out if dtype == torch.float32 else torch.empty((min(step, flat.shape[0]), *stats.shape),
+                                                            dtype=torch.float32, device=frames.device)
+    for lo in range(0, flat.shape[0], step):
+        hi = min(lo + step, flat.shape[0])
+        part = out[lo:hi] if work is out else work[: hi - lo]
+        part.copy_(flat[lo:hi]).mul_(scale).add_(shift).clamp_(-OBS_CLIP, OBS_CLIP)
+        if work is not out:
+            out[lo:hi].copy_(part)
+    return out.view(frames.shape)
 
 
 @torch.no_grad()
-def fold_frames(stats: RunningMeanStd, frames: torch.Tensor) -> None:
-    """Fold the moments of at most FRAME_STATS_SAMPLES of `frames` [N, *shape] (every k-th), taken in float32."""
-    frames = frames[:: max(1, -(-frames.shape[0] // FRAME_STATS_SAMPLES))].float()
-    if frames.shape[0]:
-        var, mean = torch.var_mean(frames, dim=0, unbiased=False)
-        stats.merge(mean, var, frames.shape[0])
+def fold_frames(stats: RunningMeanStd, frames: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    """Fold the moments of at most FRAME_STATS_SAMPLES of `frames` [*lead, *shape] (every k-th of those where the
+    boolean `mask` [*lead] is True; all when None). Only the sampled frames are copied, and both moments are
+    matrix-vector products in float32 (two passes: the mean, then the squared deviations), 8x faster than
+    ``torch.var_mean`` over the sample dimension on a CPU."""
+    lead = frames.dim() - len(stats.shape)
+    flat = frames.reshape(-1, *frames.shape[lead:])
+    rows = mask.reshape(-1).nonzero().squeeze(1) if mask is not None else torch.arange(flat.shape[0])
+    n = rows.shape[0]
+    if not n:
+        return
+    rows = rows[:: max(1, -(-n // FRAME_STATS_SAMPLES))].to(flat.device)
+    sample = flat.index_select(0, rows).reshape(rows.shape[0], -1).float()
+    weights = torch.full((1, sample.shape[0]), 1.0 / sample.shape[0], device=sample.device)
+    mean = (weights @ sample)[0]
+    var = (weights @ sample.sub_(mean).square_())[0]
+    stats.merge(mean.view(stats.shape), var.view(stats.shape), sample.shape[0])
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,9 @@ value head."""
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -114,6 +115,7 @@ class ActorCritic(nn.Module):
             if image and isinstance(self.encoder, FrameEncoder):
                 self.encoder.input_scale = 1.0
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
+        self.input_ready = False  # inside `prepared_input`: observations come normalised already
         for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
             if isinstance(encoder, UserEncoder):  # a user's module keeps its own initialisation
                 continue
@@ -144,16 +146,33 @@ class ActorCritic(nn.Module):
         with torch.autocast(obs.device.type, dtype=self.compute_dtype):
             return encoder(obs).float()
 
-    def _normalized(self, obs: Obs) -> Obs:
-        if self.obs_normalizer is None:
+    def prepare_input(self, obs: Obs) -> Obs:
+        """The observations as the encoders read them, for `prepared_input`: normalised, frames standardised per
+        pixel and stored in the compute dtype (bf16 halves the copy; the encoder casts them to it anyway)."""
+        return self._normalized(obs, self.compute_dtype or torch.float32)
+
+    @contextlib.contextmanager
+    def prepared_input(self) -> Iterator[None]:
+        """Within: the observations given are `prepare_input`'s, not normalised again. The learner prepares a batch
+        once and trains on it for several epochs (a 1,024-frame Atari update standardised its frames 12 times)."""
+        self.input_ready = True
+        try:
+            yield
+        finally:
+            self.input_ready = False
+
+    def _normalized(self, obs: Obs, frame_dtype: torch.dtype = torch.float32) -> Obs:
+        """Observations through the normaliser: frames standardised per pixel into `frame_dtype`, vectors float32."""
+        if self.obs_normalizer is None or self.input_ready:
             return obs
         if isinstance(obs, dict):
             out = dict(obs)
             for k, norm in self.obs_normalizer.items():
-                out[k] = standardize_frames(obs[k], norm) if k in self.frame_keys else norm.normalize(obs[k].float())
+                out[k] = (standardize_frames(obs[k], norm, frame_dtype) if k in self.frame_keys
+                          else norm.normalize(obs[k].float()))
             return out
         if self.image_normalized:
-            return standardize_frames(obs, self.obs_normalizer)
+            return standardize_frames(obs, self.obs_normalizer, frame_dtype)
         return self.obs_normalizer.normalize(obs.float()).float()
 
     def update_obs_normalizer(self, obs: Obs, mask: torch.Tensor) -> None:
@@ -164,11 +183,11 @@ class ActorCritic(nn.Module):
         if isinstance(obs, dict):
             for k, norm in self.obs_normalizer.items():
                 if k in self.frame_keys:
-                    fold_frames(norm, obs[k][mask])
+                    fold_frames(norm, obs[k], mask)
                 else:
                     norm.update(obs[k][mask])
         elif self.image_normalized:
-            fold_frames(self.obs_normalizer, obs[mask])
+            fold_frames(self.obs_normalizer, obs, mask)
         else:
             self.obs_normalizer.update(obs[mask])
 

@@ -138,27 +138,15 @@ class APPOLearner:
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
-        # --clip-reference learner: the ratio is taken against the policy as it is now, before this update
-        anchor = self._anchor_logp(batch, bounds) if cfg.clip_reference == "learner" else None
-        sums: dict[str, float] = {}
-        steps = 0
-        normalizer = self.return_normalizer
-        scale = normalizer.scale if normalizer is not None else 1.0  # held fixed for the whole batch
-        for epoch in range(cfg.epochs):
-            # The targets of the first epoch (one pass over the batch) feed the running return scale.
-            on_targets = normalizer.observer(scale) if normalizer is not None and epoch == 0 else None
-            for cols in np.random.permutation(minibatches):
-                part = slice(int(bounds[cols]), int(bounds[cols + 1]))
-                mb = batch.columns(part)
-                mb_mask = mb.trainable(cfg.max_policy_lag)
-                stats = self._step(mb, mb_mask, scale, on_targets, None if anchor is None else anchor[:, part])
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                steps += 1
-                self.heartbeat()  # a batch of a million samples trains for longer than --hang-timeout
+        raw_obs = batch.obs
+        if self.model.obs_normalizer is not None:  # normalised once for every epoch (`prepared_input`)
+            batch = dataclasses.replace(batch, obs=self.model.prepare_input(batch.obs),
+                                        final_obs=self.model.prepare_input(batch.final_obs))
+        with self.model.prepared_input():
+            sums, steps = self._epochs(batch, bounds, minibatches)
         if self.model.obs_normalizer is not None:
             # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
-            self.model.update_obs_normalizer(map_obs(batch.obs, lambda x: x[:-1]), mask.bool())
+            self.model.update_obs_normalizer(map_obs(raw_obs, lambda x: x[:-1]), mask.bool())
         self.version += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         if cfg.lr_schedule == "kl" and "kl" in out:
@@ -178,6 +166,29 @@ class APPOLearner:
             truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
         )
         return out
+
+    def _epochs(self, batch: Batch, bounds: np.ndarray, minibatches: int) -> tuple[dict[str, float], int]:
+        """`epochs` passes of `minibatches` optimizer steps over `batch`: (the steps' summed stats, the steps)."""
+        cfg = self.cfg
+        # --clip-reference learner: the ratio is taken against the policy as it is now, before this update
+        anchor = self._anchor_logp(batch, bounds) if cfg.clip_reference == "learner" else None
+        sums: dict[str, float] = {}
+        steps = 0
+        normalizer = self.return_normalizer
+        scale = normalizer.scale if normalizer is not None else 1.0  # held fixed for the whole batch
+        for epoch in range(cfg.epochs):
+            # The targets of the first epoch (one pass over the batch) feed the running return scale.
+            on_targets = normalizer.observer(scale) if normalizer is not None and epoch == 0 else None
+            for cols in np.random.permutation(minibatches):
+                part = slice(int(bounds[cols]), int(bounds[cols + 1]))
+                mb = batch.columns(part)
+                mb_mask = mb.trainable(cfg.max_policy_lag)
+                stats = self._step(mb, mb_mask, scale, on_targets, None if anchor is None else anchor[:, part])
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                steps += 1
+                self.heartbeat()  # a batch of a million samples trains for longer than --hang-timeout
+        return sums, steps
 
     @torch.no_grad()
     def _anchor_logp(self, batch: Batch, bounds: np.ndarray) -> torch.Tensor:
