@@ -12,7 +12,16 @@ import torch
 
 from asyncrl.agents.appo.learner import APPOLearner
 from asyncrl.agents.batch import Batch, gather_batch
-from asyncrl.algo.normalizers import FRAME_STATS_SAMPLES, RunningMeanStd
+from asyncrl.algo.normalizers import (
+    FRAME_STATS_SAMPLES,
+    NORM_EPS,
+    OBS_CLIP,
+    STANDARDIZE_CHUNK_CPU,
+    RunningMeanStd,
+    fold_frames,
+    frame_normalizer,
+    standardize_frames,
+)
 from asyncrl.config import Config
 from asyncrl.envs.base import EnvSpec
 from asyncrl.envs.null_env import NULL_SPEC
@@ -271,6 +280,21 @@ def test_frames_are_standardised_per_pixel_and_not_scaled_again() -> None:
         assert float((model(raw)[0] - logits).abs().max()) > 1e-3
         model.encoder.input_scale = 1.0
         torch.testing.assert_close(PolicyHead(model, IMAGE_SPEC)(raw), logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_frames_standardised_in_chunks_match_the_formula(dtype: torch.dtype) -> None:
+    """20 frames in chunks of 9 (9, 9, then 2), from leading dimensions [4, 5]: each value is clamp((x - mean) /
+    sqrt(var + eps), -5, 5) to float32 rounding, stored as `dtype`."""
+    g = torch.Generator().manual_seed(3)
+    frames = torch.randint(0, 256, (4, 5, *IMAGE_SPEC.obs_shape), dtype=torch.uint8, generator=g)
+    stats = frame_normalizer(IMAGE_SPEC.obs_shape)
+    fold_frames(stats, frames[:, :3])
+    assert STANDARDIZE_CHUNK_CPU // frames[0, 0].numel() == 9
+    out = standardize_frames(frames, stats, dtype)
+    expected = ((frames.double() - stats.mean) / (stats.var + NORM_EPS).sqrt()).clamp(-OBS_CLIP, OBS_CLIP)
+    assert out.dtype == dtype and out.shape == frames.shape
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=1e-5 if dtype == torch.float32 else 0.02)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

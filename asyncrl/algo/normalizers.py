@@ -12,16 +12,17 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["FRAME_STATS_SAMPLES", "NORM_EPS", "OBS_CLIP", "RunningMeanStd", "fold_frames", "frame_normalizer",
-           "standardize_frames", "symexp", "symlog"]
+__all__ = ["FRAME_STATS_SAMPLES", "NORM_EPS", "OBS_CLIP", "STANDARDIZE_CHUNK_ACCELERATOR", "STANDARDIZE_CHUNK_CPU",
+           "RunningMeanStd", "fold_frames", "frame_normalizer", "standardize_frames", "symexp", "symlog"]
 
 OBS_CLIP = 5.0  # normalised observations are clipped to +-OBS_CLIP
 NORM_EPS = 1e-8  # added to the variance before its square root
 # Frames folded into the per-pixel statistics a learner batch (strided): a whole 1,024-frame Atari batch cost 0.27
 # CPU-s an update with torch.var_mean, a quarter of the update itself; 256 of them as matrix products cost 8 ms.
 FRAME_STATS_SAMPLES = 256
-# Values standardised at a time on a CPU (`standardize_frames`): 9 Atari frames, about 1 MB in float32.
-STANDARDIZE_CHUNK = 2**18
+# Values standardised at a time (`standardize_frames`): on a CPU 9 Atari frames, about 1 MB in float32, which stays
+# in cache; on an accelerator 256 MB, which bounds the float32 intermediate of a large batch.
+STANDARDIZE_CHUNK_CPU, STANDARDIZE_CHUNK_ACCELERATOR = 2**18, 2**26
 
 
 class RunningMeanStd(nn.Module):
@@ -129,15 +130,16 @@ def frame_normalizer(shape: Sequence[int]) -> RunningMeanStd:
 
 def standardize_frames(frames: torch.Tensor, stats: RunningMeanStd, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``clamp((frames - mean) / sqrt(var + NORM_EPS), -OBS_CLIP, OBS_CLIP)``, computed in float32 as ``frames *
-    scale + shift`` and stored as `dtype`. On a CPU a few frames at a time (about STANDARDIZE_CHUNK values), so the
-    float32 intermediates stay in cache: 1,056 Atari frames to bf16 in 50-65 ms against 157 ms for whole-tensor
+    scale + shift`` and stored as `dtype`, STANDARDIZE_CHUNK_* values at a time: on a CPU a few frames, so the float32
+    intermediates stay in cache: 1,056 Atari frames to bf16 in 50-65 ms against 157 ms for whole-tensor
     operations, and less than the CNN's own uint8 -> bf16 / 255 (85 ms)."""
     scale = torch.rsqrt(stats.var + NORM_EPS)
     shift = (-stats.mean * scale).to(device=frames.device, dtype=torch.float32)
     scale = scale.to(device=frames.device, dtype=torch.float32)
     flat = frames.reshape(-1, *stats.shape)
     out = torch.empty(flat.shape, dtype=dtype, device=frames.device)
-    step = max(1, STANDARDIZE_CHUNK // max(1, scale.numel())) if frames.device.type == "cpu" else flat.shape[0]
+    chunk = STANDARDIZE_CHUNK_CPU if frames.device.type == "cpu" else STANDARDIZE_CHUNK_ACCELERATOR
+    step = max(1, chunk // max(1, scale.numel()))
     work = out if dtype == torch.float32 else torch.empty((min(step, flat.shape[0]), *stats.shape),
                                                             dtype=torch.float32, device=frames.device)
     for lo in range(0, flat.shape[0], step):
