@@ -8,7 +8,8 @@
 # work, start it in a session of its own; the script then lowers that session's autogroup itself (an
 # `echo 19 > /proc/$!/autogroup` from the caller can run before setsid and lower the caller's group instead):
 #   setsid scripts/pong_seeds.sh runs/pong_seeds > pong_seeds.log 2>&1 &
-# A seed whose run directory has stopped.json is skipped: delete a stopped partial run to train that seed again.
+# A seed whose run stopped at 10M frames is skipped; one with checkpoints short of that (stopped by Ctrl-C, a
+# reboot, an earlier shorter budget) is continued with --resume; delete a run directory to train that seed afresh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${BIN:-$ROOT/.venv/bin}"
@@ -18,10 +19,19 @@ SEEDS=("${@:-0 1 2}")
 mkdir -p "$OUT"
 # the autogroup of this session (setsid above), when the kernel has autogroups
 [ "$(ps -o sid= -p $$ | tr -d " ")" = "$$" ] && echo 19 > /proc/self/autogroup 2>/dev/null || true
+FRAMES=10000000
 for seed in ${SEEDS[*]}; do
-    [ -f "$OUT/seed$seed/stopped.json" ] && continue
-    nice -n 19 "$BIN/asyncrl-train" --env atari_pong --frames 10000000 --seed "$seed" \
-        --train-dir "$OUT" --experiment "seed$seed" > "$OUT/seed$seed.log" 2>&1
+    run="$OUT/seed$seed"
+    done_frames=$("$BIN/python" -c 'import json, sys
+try:
+    print(json.load(open(sys.argv[1])).get("frames", 0))
+except (OSError, ValueError):
+    print(0)' "$run/stopped.json")
+    [ "$done_frames" -ge "$FRAMES" ] && continue
+    resume=()
+    compgen -G "$run/checkpoints/ckpt_*.pt" > /dev/null && resume=(--resume)
+    nice -n 19 "$BIN/asyncrl-train" --env atari_pong --frames "$FRAMES" --seed "$seed" "${resume[@]}" \
+        --train-dir "$OUT" --experiment "seed$seed" >> "$OUT/seed$seed.log" 2>&1
 done
 "$BIN/asyncrl-compare" "$OUT" --threshold 18
 "$BIN/asyncrl-compare" "$OUT" --threshold 20
