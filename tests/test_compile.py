@@ -136,14 +136,15 @@ def test_the_paths_are_captured_as_graphs_once() -> None:
     assert acting.frame_count == frames
 
 
-@pytest.mark.parametrize("rnn", ["none", "gru"])
-def test_the_warm_up_compiles_the_graph_real_minibatches_take(rnn: str) -> None:
+@pytest.mark.parametrize(("rnn", "normalize_obs"), [("none", False), ("gru", False), ("none", True)])
+def test_the_warm_up_compiles_the_graph_real_minibatches_take(rnn: str, normalize_obs: bool) -> None:
     """--compile learner warms up on a zero minibatch; the run's minibatches are column views of a whole batch
-    (other strides) and, recurrent, carry their stored initial states: they must find that graph, not compile
-    another (a cold recompile of a GRU on Pong took as long as the warm-up: 123 s)."""
+    (other strides), recurrent, carry their stored initial states, and normalised, come prepared once a batch:
+    they must find that graph, not compile another (a cold recompile of a GRU on Pong took as long as the
+    warm-up: 123 s)."""
     cfg = Config(env="null", rnn=rnn, rnn_size=8, hidden_size=8, rollout=T, workers=1, envs_per_worker=2 * B,
                  worker_splits=1, batch_size=T * 2 * B, minibatches=2, epochs=1, lr_schedule="constant",
-                 max_policy_lag=100)
+                 max_policy_lag=100, normalize_obs=normalize_obs)
     torch.manual_seed(0)
     learner = APPOLearner(cfg, VECTOR, torch.device("cpu"))
     counter = CompileCounter()

@@ -138,15 +138,11 @@ class APPOLearner:
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
-        raw_obs = batch.obs
-        if self.model.obs_normalizer is not None:  # normalised once for every epoch (`prepared_input`)
-            batch = dataclasses.replace(batch, obs=self.model.prepare_input(batch.obs),
-                                        final_obs=self.model.prepare_input(batch.final_obs))
-        with self.model.prepared_input():
-            sums, steps = self._epochs(batch, bounds, minibatches)
+        with self.model.prepared_input():  # observations normalised once for every epoch
+            sums, steps = self._epochs(self._prepared(batch), bounds, minibatches)
         if self.model.obs_normalizer is not None:
             # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
-            self.model.update_obs_normalizer(map_obs(raw_obs, lambda x: x[:-1]), mask.bool())
+            self.model.update_obs_normalizer(map_obs(batch.obs, lambda x: x[:-1]), mask.bool())
         self.version += 1
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         if cfg.lr_schedule == "kl" and "kl" in out:
@@ -166,6 +162,13 @@ class APPOLearner:
             truncations_unbootstrapped=int((batch.truncated & ~batch.has_final()).sum()),
         )
         return out
+
+    def _prepared(self, batch: Batch) -> Batch:
+        """`batch` with its observations as the model reads them inside `prepared_input` (`prepare_input`)."""
+        if self.model.obs_normalizer is None:
+            return batch
+        return dataclasses.replace(batch, obs=self.model.prepare_input(batch.obs),
+                                   final_obs=self.model.prepare_input(batch.final_obs))
 
     def _epochs(self, batch: Batch, bounds: np.ndarray, minibatches: int) -> tuple[dict[str, float], int]:
         """`epochs` passes of `minibatches` optimizer steps over `batch`: (the steps' summed stats, the steps)."""
@@ -217,8 +220,8 @@ class APPOLearner:
         cfg = self.cfg
         columns = max(1, cfg.trajectories_per_batch * cfg.envs_per_split // max(cfg.minibatches, 1))
         recurrent = isinstance(self.model, RecurrentActorCritic)  # real minibatches carry their initial states
-        mb = synthetic_batch(self.spec, cfg.rollout, columns, self.device,
-                             self.model.state_layout() if recurrent else None)
+        mb = self._prepared(synthetic_batch(self.spec, cfg.rollout, columns, self.device,
+                                            self.model.state_layout() if recurrent else None))
 
         def update() -> None:
             anchor = mb.behaviour_logp.clone() if cfg.clip_reference == "learner" else None  # as real minibatches
@@ -226,7 +229,8 @@ class APPOLearner:
             loss.backward()
             self.optimizer.zero_grad(set_to_none=True)
 
-        return first_call("the APPO update", update)
+        with self.model.prepared_input():  # as `train` runs the update: the graph real minibatches take
+            return first_call("the APPO update", update)
 
     def _pure_forward(self, mb: Batch, mask: torch.Tensor, reward_scale: float,
                       on_targets: Callable[[torch.Tensor, torch.Tensor], None] | None,
