@@ -298,12 +298,13 @@ def test_frames_standardised_in_chunks_match_the_formula(dtype: torch.dtype) -> 
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_a_batch_standardised_once_reads_as_standardised_per_minibatch(precision: str) -> None:
-    """The learner standardises a batch's frames once for all its epochs (`prepare_input`, in the encoder's compute
-    dtype) and the model, inside `prepared_input`, does not standardise them again: the same outputs as the
-    policy workers' path, which standardises every call."""
+@pytest.mark.parametrize("normalize_obs", [True, False])
+def test_a_batch_prepared_once_reads_as_prepared_per_minibatch(precision: str, normalize_obs: bool) -> None:
+    """The learner standardises (or scales by 1 / 255) a batch's frames once for all its epochs (`prepare_input`,
+    in the encoder's compute dtype) and the model, inside `prepared_input`, does not do it again: the same outputs
+    as the policy workers' path, which does it every call."""
     cfg = Config(env="image", minibatches=2, epochs=2, lr_schedule="constant", precision=precision,
-                 normalize_obs=True)
+                 normalize_obs=normalize_obs)
     torch.manual_seed(0)
     learner = APPOLearner(cfg, IMAGE_SPEC, torch.device("cpu"))
     learner.train(image_batch(4, 4), frames=0)  # statistics away from the prior
@@ -314,10 +315,12 @@ def test_a_batch_standardised_once_reads_as_standardised_per_minibatch(precision
         logits, value = model(raw)
         with model.prepared_input():
             again, value_again = model(prepared)
+            with pytest.raises(RuntimeError, match="before entering"):  # inside, nothing would be scaled
+                model.prepare_input(raw)
         torch.testing.assert_close(again, logits, rtol=0, atol=0)
         torch.testing.assert_close(value_again, value, rtol=0, atol=0)
-        assert not model.input_ready  # outside, every call standardises again
-        assert float((model(prepared.float())[0] - logits).abs().max()) > 1e-3  # standardised twice
+        assert not model.input_ready and model.encoder.input_scale == (1.0 if normalize_obs else 1.0 / 255.0)
+        assert float((model(prepared.float())[0] - logits).abs().max()) > 1e-3  # prepared twice
 
 
 def test_a_large_batch_folds_a_strided_sample_of_its_trained_frames() -> None:

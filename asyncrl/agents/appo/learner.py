@@ -138,8 +138,9 @@ class APPOLearner:
         n_cols = batch.rewards.shape[1]
         minibatches = min(cfg.minibatches, n_cols)  # one policy's columns of a population's batch can be fewer
         bounds = np.linspace(0, n_cols, minibatches + 1).astype(int)  # equal parts when they divide evenly
-        with self.model.prepared_input():  # observations normalised once for every epoch
-            sums, steps = self._epochs(self._prepared(batch), bounds, minibatches)
+        prepared = self._prepared(batch)  # observations normalised and scaled once for every epoch
+        with self.model.prepared_input():
+            sums, steps = self._epochs(prepared, bounds, minibatches)
         if self.model.obs_normalizer is not None:
             # After the epochs: the batch was acted on with the old statistics, so it is trained on with them.
             self.model.update_obs_normalizer(map_obs(batch.obs, lambda x: x[:-1]), mask.bool())
@@ -165,8 +166,6 @@ class APPOLearner:
 
     def _prepared(self, batch: Batch) -> Batch:
         """`batch` with its observations as the model reads them inside `prepared_input` (`prepare_input`)."""
-        if self.model.obs_normalizer is None:
-            return batch
         return dataclasses.replace(batch, obs=self.model.prepare_input(batch.obs),
                                    final_obs=self.model.prepare_input(batch.final_obs))
 
