@@ -127,6 +127,30 @@ def test_normaliser_covers_every_key_frames_per_pixel() -> None:
     assert policy_out.shape == (6, 2) and value.shape == (6,)
 
 
+@pytest.mark.parametrize("normalize_obs", [True, False])
+def test_a_dict_batch_prepared_once_reads_as_prepared_per_call(normalize_obs: bool) -> None:
+    """The learner's once-a-batch preparation of a Dict observation (the screen standardised or scaled by 1 / 255,
+    in bf16; the cue normalised or left as it is) gives the per-call path's outputs exactly."""
+    spec = gym_env_spec("x", SignMatch())
+    torch.manual_seed(0)
+    model = build_model(spec, normalize_obs=normalize_obs)
+    model.compute_dtype = torch.bfloat16
+    g = torch.Generator().manual_seed(1)
+    obs = {"screen": torch.randint(0, 256, (6, 3, 36, 36), dtype=torch.uint8, generator=g),
+           "cue": torch.randn(6, 2, generator=g) * 3 + 1}
+    if normalize_obs:
+        model.update_obs_normalizer(obs, torch.ones(6, dtype=torch.bool))
+    prepared = model.prepare_input(obs)
+    assert prepared["screen"].dtype == torch.bfloat16
+    with torch.no_grad():
+        logits, value = model(obs)
+        with model.prepared_input():
+            again, value_again = model(prepared)
+    torch.testing.assert_close(again, logits, rtol=0, atol=0)
+    torch.testing.assert_close(value_again, value, rtol=0, atol=0)
+    assert model.encoder.encoders["screen"].input_scale == (1.0 if normalize_obs else 1.0 / 255.0)
+
+
 def test_dict_env_trains_end_to_end_and_loads_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Every process and per-key shared memory; then load_policy, the evaluator's and asyncrl-enjoy's episodes."""
     sys.path.insert(0, str(ROOT))
