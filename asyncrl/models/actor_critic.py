@@ -115,7 +115,7 @@ class ActorCritic(nn.Module):
             if image and isinstance(self.encoder, FrameEncoder):
                 self.encoder.input_scale = 1.0
         self.compute_dtype: torch.dtype | None = None  # encoder autocast dtype (bf16), None for float32
-        self.input_ready = False  # inside `prepared_input`: observations come normalised already
+        self.input_ready = False  # inside `prepared_input`: observations come normalised and scaled already
         for encoder in (self.encoder, self.value_encoder):  # a DictEncoder's value MLPs are in self.encoder
             if isinstance(encoder, UserEncoder):  # a user's module keeps its own initialisation
                 continue
