@@ -92,7 +92,7 @@ def differences(x: Any, y: Any, where: str = "") -> list[str]:
 
 
 def test_deterministic_runs_repeat_exactly(tmp_path: Path) -> None:
-    flags = ["--env", "CartPole-v1", "--deterministic", "--seed", "3", "--frames", "20000"]
+    flags = ["--env", "CartPole-v1", "--deterministic", "--seed", "3", "--frames", "12000"]
     for name, fresh in (("one", True), ("two", False)):
         # A fresh interpreter (the installed script, its own random hash seed) and a fork of the warm one
         # (tests/launcher.py: another hash seed, and torch imported before the workers fork): two forks of one
@@ -109,8 +109,8 @@ def test_deterministic_runs_repeat_exactly(tmp_path: Path) -> None:
     differ = differences(state_one, state_two)
     assert not differ, f"{len(differ)} entries differ, first {differ[:5]}"
     records = [json.loads(r) for r in one]
-    assert len(records) >= 8  # one record per update: 20k steps / 2,048 per batch (the vector_batched preset)
+    assert len(records) >= 5  # one record per update: 12k steps / 2,048 per batch (the vector_batched preset)
     assert [r["policy_version"] for r in records] == list(range(2, len(records) + 2))
     assert all(r["policy_lag_max"] == 0 for r in records)  # each batch collected by the newest policy
-    assert records[-1]["env_steps"] >= 20000 and records[-1]["episodes"] > 0
+    assert records[-1]["env_steps"] >= 12000 and records[-1]["episodes"] > 0
     assert records[-1]["episode_return_mean"] > records[0]["episode_return_mean"] or records[0]["episodes"] == 0
