@@ -217,9 +217,10 @@ def test_fps_degrading() -> None:
 
 
 def test_queue_growing() -> None:
-    assert "queue_growing" in codes(run_records(8, queue_requests=[2, 2, 3, 5, 8, 12, 20, 30]))
-    assert "queue_growing" not in codes(run_records(8, queue_requests=[2, 2, 3, 5, 8, 12, 9, 30]))
-    assert "queue_growing" not in codes(run_records(8, queue_full=[4] * 8))  # full but steady
+    assert "queue_growing" in codes(run_records(10, queue_requests=[2, 2, 2, 2, 3, 5, 8, 12, 20, 30]))
+    assert "queue_growing" not in codes(run_records(10, queue_requests=[2, 2, 2, 2, 3, 5, 8, 12, 9, 30]))
+    assert "queue_growing" not in codes(run_records(10, queue_full=[4] * 10))  # full but steady
+    assert "queue_growing" not in codes(run_records(10, queue_full=[0] * 9 + [4]))  # empty, then filled once
 
 
 def test_memory_growing() -> None:
@@ -227,6 +228,35 @@ def test_memory_growing() -> None:
     assert "memory_growing" in codes(leak)
     noisy = run_records(12, rss_mb_total=lambda i: 800.0 + (30 if i % 2 else 0))
     assert "memory_growing" not in codes(noisy)
+    levelling_off = run_records(16, rss_mb_total=lambda i: 1900.0 - 900.0 * 0.7 ** i)  # a working set filling up
+    assert "memory_growing" not in codes(levelling_off)
+
+
+# The first 40 records (5 s apart) of a default Pong run at nice 19 beside two others: no frames for 20 s, the
+# first update at 36 s, total RSS 1,106 -> 1,870 MB as buffers are first used, the full queue 0 -> 4 meanwhile.
+PONG_START = {
+    "frames": [0, 0, 0, 0, 7680, 13664, 17920, 21120, 24576, 28352, 30368, 32768, 35808, 39328, 41120, 44992,
+               46784, 49184, 53248, 56352, 58560, 61568, 65536, 68640, 71584, 73728, 77824, 80160, 82208, 86016,
+               89728, 92128, 94432, 98304, 102112, 106016, 107456, 110592, 113632, 115552],
+    "policy_version": [1, 1, 1, 1, 1, 1, 2, 3, 3, 4, 5, 6, 6, 7, 8, 8, 9, 10, 10, 11, 12, 13, 13, 14, 15, 16, 16,
+                       17, 18, 18, 19, 20, 21, 22, 22, 23, 24, 24, 25, 26],
+    "queue_full": [0.0, 0.0, 0.0, 0.0, 0.0, 3.14, 4.28, 3.71, 1.55, 1.43, 1.78, 2.67, 0.0, 1.4, 2.0, 0.76, 1.0,
+                   1.56, 1.43, 1.0, 1.7, 0.95, 1.37, 0.4, 1.45, 2.71, 1.24, 0.84, 2.42, 1.38, 1.38, 1.8, 1.95, 2.33,
+                   0.19, 1.19, 2.74, 1.1, 0.19, 1.5],
+    "rss_mb_total": [1106.2, 1134.1, 1169.9, 1188.0, 1522.2, 1602.0, 1692.3, 1742.5, 1756.3, 1769.4, 1728.0,
+                     1785.5, 1802.5, 1822.6, 1831.4, 1848.8, 1802.9, 1870.2, 1870.3, 1870.4, 1862.3, 1862.4, 1862.4,
+                     1831.6, 1835.1, 1842.6, 1898.0, 1904.3, 1920.8, 1898.8, 1920.4, 1920.4, 1899.4, 1912.7, 1927.1,
+                     1941.3, 1935.0, 1935.0, 1878.3, 1878.3],
+}
+
+
+def test_start_up_is_not_judged_and_a_leak_after_it_is() -> None:
+    start = run_records(40, episode_return_mean=None, **PONG_START)
+    assert detect_over_run(start) == {}  # each of memory, queue and throughput warned here before
+    leaking = run_records(40, episode_return_mean=None, **{**PONG_START, "rss_mb_total": lambda i: 1100 + 40 * i})
+    assert "memory_growing" in codes(leaking)
+    queue = run_records(40, episode_return_mean=None, **{**PONG_START, "queue_requests": lambda i: max(0, i - 30)})
+    assert "queue_growing" in codes(queue)
 
 
 def test_returns_flat() -> None:
@@ -236,6 +266,11 @@ def test_returns_flat() -> None:
     warm_up = run_records(14, episode_return_mean=[-1200.0] * 12 + [-1190.0, -1180.0],
                           updates_total=[0] * 12 + [64, 128])
     assert "returns_flat" not in codes(warm_up)  # random actions before learning starts are not judged
+    # a resumed Pong run: the checkpoint's mean repeats until new games end, a game every ~20 s
+    resumed = run_records(30, episode_return_mean=[16.31] * 30, episodes=lambda i: 600 + i // 4)
+    assert "returns_flat" not in codes(resumed)
+    stuck = run_records(30, episode_return_mean=[16.31] * 30, episodes=lambda i: 600 + 20 * i)
+    assert "returns_flat" in codes(stuck)  # the same mean over games 100 apart
 
 
 def test_every_detector_has_a_code_and_detect_over_run() -> None:

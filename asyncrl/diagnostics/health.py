@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asyncrl.diagnostics.aggregate import RETURN_WINDOW
+
 Record = dict[str, Any]
 
 QUEUES = {  # metrics key -> (what it holds, who consumes it)
@@ -42,7 +44,8 @@ class Thresholds:
     fps_drop: float = 0.5  # recent FPS vs the run's early FPS
     queue_window: int = 6  # records over which a queue must keep growing
     memory_min_mb: float = 256.0  # growth in total RSS that counts as a leak (and 25% of the start)
-    warmup_records: int = 2  # first records skipped by the trend detectors (start-up, allocations)
+    warmup_records: int = 2  # records skipped by the trend detectors after the launch's start-up (`steady_records`)
+    startup_cap: int = 12  # records after sampling began that count as start-up at most (a run that never updates)
     progress_records: int = 10  # records with returns before "returns not rising" is judged
     q_divergence: float = 1.0  # off-policy critics overestimating the observed returns by this fraction (0: off)
     q_divergence_records: int = 3  # consecutive records above it before the alert
@@ -125,6 +128,34 @@ def value_exploding(records: Sequence[Record], th: Thresholds) -> Alert | None:
                  f"({low:.3g}) and still rising", "lower --lr, scale or clip rewards, lower --value-coeff")
 
 
+def _moved_index(records: Sequence[Record], key: str, since: int = 0) -> int | None:
+    """Index of the first record after `since` whose `key` moved past its value at `since` (None: never, no key)."""
+    first = records[since].get(key)
+    if not _finite(first):
+        return None
+    return next((i for i in range(since + 1, len(records))
+                 if _finite(records[i].get(key)) and records[i][key] > first), None)
+
+
+def steady_records(records: Sequence[Record], th: Thresholds) -> Sequence[Record]:
+    """The records after this launch's start-up, which the trend detectors judge. Start-up lasts until the learner
+    published its first update (`policy_version` moved), at most `startup_cap` records after sampling began
+    (`frames` moved), then `warmup_records` more: until then the slots fill, processes fault in their buffers and
+    the first update compiles, so memory, queues and throughput ramp up without anything being wrong. Measured on
+    Pong at nice 19: total RSS rose 1,106 -> 1,870 MB over the first 90 s and then held; the queue of full
+    trajectories went 0 -> 4 while the first update ran. A resumed run starts its records at its checkpoint."""
+    if not records:
+        return records
+    sampled = _moved_index(records, "frames")
+    if sampled is None:
+        return records[:0] if _finite(records[0].get("frames")) else records[th.warmup_records:]
+    if not _finite(records[sampled].get("policy_version")):  # records without versions: from the first samples
+        return records[sampled + th.warmup_records:]
+    updated = _moved_index(records, "policy_version", since=sampled)  # (a resumed run loads its version earlier)
+    end = sampled + th.startup_cap if updated is None else min(updated, sampled + th.startup_cap)
+    return records[end + th.warmup_records:]
+
+
 def _rate(records: Sequence[Record]) -> float | None:
     """Frames per second between the first and last record (robust to bursty single intervals)."""
     a, b = records[0], records[-1]
@@ -134,7 +165,7 @@ def _rate(records: Sequence[Record]) -> float | None:
 
 
 def fps_degrading(records: Sequence[Record], th: Thresholds) -> Alert | None:
-    steady = [r for r in records[th.warmup_records:] if not r.get("fatal")]
+    steady = [r for r in steady_records(records, th) if not r.get("fatal")]
     if len(steady) < 8:
         return None
     early, recent = _rate(steady[: len(steady) // 2]), _rate(steady[-max(3, len(steady) // 4):])
@@ -146,12 +177,15 @@ def fps_degrading(records: Sequence[Record], th: Thresholds) -> Alert | None:
 
 
 def _keeps_growing(values: list[float]) -> bool:
-    rising = all(b >= a for a, b in zip(values, values[1:]))
+    """Never falling, rising in all but one step, and by at least 3 and half the start (a queue that sat empty and
+    then filled once is not growing)."""
+    steps = [b - a for a, b in zip(values, values[1:])]
+    rising = all(d >= 0 for d in steps) and sum(d > 0 for d in steps) >= len(steps) - 1
     return rising and values[-1] >= values[0] + max(3.0, 0.5 * values[0])
 
 
 def queue_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
-    window = records[-th.queue_window:]
+    window = steady_records(records, th)[-th.queue_window:]
     if len(window) < th.queue_window:
         return None
     for key, (what, consumer) in QUEUES.items():
@@ -163,14 +197,18 @@ def queue_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
 
 
 def memory_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
-    rss = _series(records[th.warmup_records:], "rss_mb_total")
+    """Total RSS mostly rising, by more than `memory_min_mb` and a quarter of the start, and still rising in the
+    later half of the steady records by at least a third of the growth: a leak climbs at a steady rate, while the
+    working set of a run that is still warming up (buffers faulted in on first use) levels off."""
+    rss = _series(steady_records(records, th), "rss_mb_total")
     if len(rss) < 6:
         return None
     start = min(rss[:3])
     growth = rss[-1] - start
     steps = [b - a for a, b in zip(rss, rss[1:])]
     mostly_up = sum(s >= 0 for s in steps) >= 0.8 * len(steps)
-    if not (mostly_up and growth > max(th.memory_min_mb, 0.25 * start)):
+    still_rising = rss[-1] - rss[len(rss) // 2] >= growth / 3
+    if not (mostly_up and still_rising and growth > max(th.memory_min_mb, 0.25 * start)):
         return None
     return Alert("memory_growing", f"total RSS grew from {start:,.0f} to {rss[-1]:,.0f} MB and keeps rising "
                  "(a leak)", "see which process grows (procs in metrics.jsonl); save often and --resume "
@@ -179,11 +217,18 @@ def memory_growing(records: Sequence[Record], th: Thresholds) -> Alert | None:
 
 def returns_flat(records: Sequence[Record], th: Thresholds) -> Alert | None:
     """Returns no higher late in the run than early, counted from the first update (an off-policy warm-up of
-    random actions, `updates_total` 0, is not expected to improve)."""
-    returns = _series([r for r in records if r.get("updates_total") != 0], "episode_return_mean")
+    random actions, `updates_total` 0, is not expected to improve). Where records count episodes, judged only once
+    the late third's means are over other games than the early third's (`RETURN_WINDOW` episodes apart): a mean
+    over the same games cannot rise (a resumed run repeats its checkpoint's mean until new games end; a Pong game
+    takes ~3,000 steps, so 50 s of a run is a handful of games)."""
+    judged = [r for r in records if r.get("updates_total") != 0 and _finite(r.get("episode_return_mean"))]
+    returns = _series(judged, "episode_return_mean")
     if len(returns) < th.progress_records:
         return None
     third = len(returns) // 3
+    early_end, late_start = judged[third - 1].get("episodes"), judged[-third].get("episodes")
+    if _finite(early_end) and _finite(late_start) and late_start - early_end < RETURN_WINDOW:
+        return None
     early, late = statistics.fmean(returns[:third]), statistics.fmean(returns[-third:])
     if late > early + 0.05 * abs(early) + 1e-9:
         return None
