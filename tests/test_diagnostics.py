@@ -257,6 +257,16 @@ def test_start_up_is_not_judged_and_a_leak_after_it_is() -> None:
     assert "memory_growing" in codes(leaking)
     queue = run_records(40, episode_return_mean=None, **{**PONG_START, "queue_requests": lambda i: max(0, i - 30)})
     assert "queue_growing" in codes(queue)
+    # resumed: the second launch appends its own start-up to the same file; asyncrl-diagnose judges each launch
+    # from the monitor's mark, as the monitor did
+    second = run_records(40, episode_return_mean=None, **PONG_START)
+    for r in second:
+        r["time"] += start[-1]["time"] + 600.0
+        r["frames"] += start[-1]["frames"]
+        r["policy_version"] += start[-1]["policy_version"]
+    assert "fps_degrading" in detect_over_run(start + second)  # one launch: the restart looks like a slowdown
+    start[0]["launch_start"] = second[0]["launch_start"] = True
+    assert detect_over_run(start + second) == {}
 
 
 def test_returns_flat() -> None:
@@ -395,6 +405,7 @@ def test_monitor_adds_fields_and_prints_each_alert_once() -> None:
         monitor.flush()
     assert extra["queue_requests"] == 3.0 and extra["bottleneck"] == "env"
     assert extra["alerts"] == ["kl_high"] and extra["grad_norm_max"] == 7.0
+    assert [r.get("launch_start") for r in monitor.history] == [True, None, None]  # where this launch began
     assert extra["learner_forward_frac"] == pytest.approx(0.1 * 4)  # per-step times x 1 epoch x 4 minibatches
     # the "learner" here is this test process: its own children (the tests' launcher) come as children-learner
     assert set(extra["procs"]) - {"children-learner"} == {"runner", "learner"} and extra["rss_mb_total"] > 0

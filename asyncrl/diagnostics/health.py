@@ -321,14 +321,22 @@ def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Aler
     return [a for a in (d(records, th) for d in DETECTORS) if a is not None]
 
 
+def launches(records: Sequence[Record]) -> list[Sequence[Record]]:
+    """A run's records split where a launch began (`launch_start`: the monitor marks a launch's first record; a
+    resumed run appends to the same metrics.jsonl). Records without the mark are one launch."""
+    starts = [i for i, r in enumerate(records) if i and r.get("launch_start")]
+    return [records[a:b] for a, b in zip([0, *starts], [*starts, len(records)])]
+
+
 def detect_over_run(records: Sequence[Record], th: Thresholds | None = None,
                     max_points: int = 300) -> dict[str, Alert]:
-    """First alert of each kind over a whole run (what `asyncrl-diagnose` reports), by code; a long run is
-    checked at `max_points` evenly spaced records (and the last)."""
+    """First alert of each kind over a whole run (what `asyncrl-diagnose` reports), by code, each launch judged on
+    its own records as the monitor judged it; a long launch is checked at `max_points` evenly spaced records (and
+    the last)."""
     found: dict[str, Alert] = {}
-    n = len(records)
-    ends = sorted({*range(1, n + 1, max(1, n // max_points)), n}) if n else []
-    for i in ends:
-        for alert in detect(records[:i], th):
-            found.setdefault(alert.code, alert)
+    for launch in launches(records):
+        n = len(launch)
+        for i in sorted({*range(1, n + 1, max(1, n // max_points)), n}) if n else []:
+            for alert in detect(launch[:i], th):
+                found.setdefault(alert.code, alert)
     return found

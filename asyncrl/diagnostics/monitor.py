@@ -96,6 +96,8 @@ class RunMonitor:
         if verdict is not None and verdict_changed(self._last_verdict, key):
             self._pending.append(f"  {verdict.line(solved)}")
             self._last_verdict = key
+        if not self.history:  # where this launch's records begin (a resumed run appends to the same file)
+            extra["launch_start"] = True
         full = {**record, **extra}
         (self._early if len(self._early) < EARLY_RECORDS else self._recent).append(full)
         alerts = detect(self.history, self.thresholds)
