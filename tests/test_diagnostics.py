@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -22,6 +24,8 @@ from asyncrl.diagnostics.rundir import RunDirError, load_run
 from asyncrl.diagnostics.video import VideoError, check_video_path, frame_from_obs, save_video
 from asyncrl.runtime.plumbing.schedstat import run_queue_delay_s
 from tests.run_records import FakeChannels, FakeProc, fractions, run_records
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # ----- bottleneck verdicts -----
@@ -267,6 +271,26 @@ def test_start_up_is_not_judged_and_a_leak_after_it_is() -> None:
     assert "fps_degrading" in detect_over_run(start + second)  # one launch: the restart looks like a slowdown
     start[0]["launch_start"] = second[0]["launch_start"] = True
     assert detect_over_run(start + second) == {}
+    # records from before the mark: a launch begins where every process is at its first CPU sample
+    for r in (start[0], second[0]):
+        del r["launch_start"]
+        r["procs"] = {"runner": {"rss_mb": 290.0, "cpu": None}, "learner": {"rss_mb": 289.5, "cpu": None}}
+    assert detect_over_run(start + second) == {}
+
+
+def test_health_replay_counts_each_launchs_warnings(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    spec = importlib.util.spec_from_file_location("health_replay", ROOT / "scripts" / "health_replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    quiet = run_records(40, episode_return_mean=None, **PONG_START)
+    leaking = run_records(40, episode_return_mean=None, **{**PONG_START, "rss_mb_total": lambda i: 1100 + 40 * i})
+    quiet[0]["launch_start"] = leaking[0]["launch_start"] = True
+    run = write_run(tmp_path / "run", quiet + leaking)
+    assert replay.main([run]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{run} launch 1 (40 records): none", f"{run} launch 2 (40 records): memory_growing",
+                     "2 launches, 1 warnings: memory_growing 1"]
+    assert replay.main([str(tmp_path / "missing")]) == 2
 
 
 def test_returns_flat() -> None:

@@ -321,10 +321,19 @@ def detect(records: Sequence[Record], th: Thresholds | None = None) -> list[Aler
     return [a for a in (d(records, th) for d in DETECTORS) if a is not None]
 
 
+def _launch_began(record: Record) -> bool:
+    """The monitor's mark of a launch's first record (`launch_start`), or in records from before it, the first
+    sample of every process (`procs` CPU% is None only at a process's first sample)."""
+    if "launch_start" in record:
+        return bool(record["launch_start"])
+    procs = record.get("procs")
+    return bool(procs) and isinstance(procs, dict) and all(
+        isinstance(p, dict) and p.get("cpu", 0) is None for p in procs.values())
+
+
 def launches(records: Sequence[Record]) -> list[Sequence[Record]]:
-    """A run's records split where a launch began (`launch_start`: the monitor marks a launch's first record; a
-    resumed run appends to the same metrics.jsonl). Records without the mark are one launch."""
-    starts = [i for i, r in enumerate(records) if i and r.get("launch_start")]
+    """A run's records split where a launch began (a resumed run appends to the same metrics.jsonl)."""
+    starts = [i for i, r in enumerate(records) if i and _launch_began(r)]
     return [records[a:b] for a, b in zip([0, *starts], [*starts, len(records)])]
 
 
