@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH_STAMP := $(VENV)/.torch-spec
 ARGS ?=
 
-.PHONY: install test lint train bench clean FORCE
+.PHONY: install test lint train bench peers clean FORCE
 
 install: $(STAMP)
 
@@ -64,6 +64,12 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: install $(BENCH_STAMP)
 	$(BIN)/asyncrl-bench $(ARGS)
+
+# Sample Factory 2 and CleanRL's PPO Atari script in venvs of their own under peers/ (scripts/peer_venvs.py; CleanRL's
+# source is cloned from GitHub unless ARGS="--cleanrl-src CLONE"): the peers of scripts/time_to_score.py and of
+# `make bench ARGS="--sf2-python peers/sf2venv/bin/python"`.
+peers: install
+	$(BIN)/python scripts/peer_venvs.py peers --torch-spec "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX)) $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

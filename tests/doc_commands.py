@@ -21,6 +21,8 @@ FENCE = re.compile(r"^ *```(\w*)\n(.*?)^ *```", re.S | re.M)  # also inside list
 SKIPS: list[tuple[str, str]] = [
     (r"^make (train|test)\b", "hours (Pong) or the whole suite; the coordinator runs make test"),
     (r"^make bench\b", "the benchmark suite takes 5-25 min"),
+    (r"^make peers\b", "builds two venvs from the network; tests/test_time_to_score.py runs scripts/peer_venvs.py "
+                       "--dry-run"),
     (r"^(\.venv/bin/)?pip (install|wheel)", "installs from the network (tests/test_packaging.py builds the wheel)"),
     (r"^make install\b", "installs into .venv, the venv these tests run from"),
     (r"^source ", "changes the calling shell"),

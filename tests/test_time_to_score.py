@@ -111,3 +111,26 @@ def test_resume_refuses_an_unfinished_cleanrl_run(tmp_path: Path) -> None:
                              str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "cannot continue a run" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+PEERS = SCRIPT.with_name("peer_venvs.py")
+
+
+def test_peer_venvs_dry_run_prints_each_step_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "peers"
+    result = subprocess.run([sys.executable, str(PEERS), str(out), "--dry-run", "--torch-spec", "torch==2.13.0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    steps = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
+    assert any("sample-factory==2.1.1" in s and "vizdoom" in s for s in steps)
+    assert sum(s.endswith("install -q torch==2.13.0") for s in steps) == 2  # torch first, in each venv
+    assert any(s.startswith("+ git clone") for s in steps) and any("archive fe8d8a0" in s for s in steps)
+    assert f"--cleanrl-script {out}/cleanrl_src/cleanrl/ppo_atari.py" in result.stdout
+    assert not out.exists()
+
+
+def test_peer_venvs_refuses_a_folder_without_cleanrls_commit(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(PEERS), str(tmp_path / "peers"), "--cleanrl-src", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "has no commit" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "peers").exists()
