@@ -70,10 +70,10 @@ def cleanrl_source(dest: Path, checkout: Path | None, dry_run: bool) -> None:
             repo = Path(tmp) / "cleanrl"
             run(["git", "clone", "--quiet", CLEANRL_REPO, str(repo)], dry_run)
         part = dest.with_name(dest.name + ".part")
-        run(["mkdir", "-p", str(part)], dry_run)
         archive = ["git", "-C", str(repo), "archive", CLEANRL_COMMIT, "cleanrl/ppo_atari.py", "cleanrl_utils"]
         print("+ " + shlex.join(archive) + " | tar -x -C " + shlex.quote(str(part)), flush=True)
         if not dry_run:
+            part.mkdir(parents=True, exist_ok=True)
             tar = subprocess.run(archive, capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", str(part)], input=tar, check=True)
             part.rename(dest)  # only a whole copy gets the final name
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             cleanrl_source(src, args.cleanrl_src, args.dry_run)
     except subprocess.CalledProcessError as e:
         print(f"peer_venvs: {shlex.join(map(str, e.cmd))} failed with exit status {e.returncode}", file=sys.stderr)
+        return 1
+    except OSError as e:  # git, tar or the folder itself
+        print(f"peer_venvs: {e}", file=sys.stderr)
         return 1
     d = args.dir
     print(f"time_to_score flags: --sf2-python {d}/sf2venv/bin/python --cleanrl-python {d}/cleanrlvenv/bin/python "
