@@ -68,7 +68,8 @@ class InputError(ValueError):
 # ---------------------------------------------------------------- parsers (each system's own log -> points)
 
 def parse_asyncrl(lines: Iterable[str]) -> list[Point]:
-    """Points of an asyncrl metrics.jsonl: records with finite `frames`, `time` and `episode_return_mean`."""
+    """Points of an asyncrl metrics.jsonl: records with finite `frames`, `time` and `episode_return_mean`, from the
+    one at which `episodes` reached WINDOW (before it the mean is over fewer games)."""
     points = []
     for line in lines:
         try:
@@ -76,16 +77,21 @@ def parse_asyncrl(lines: Iterable[str]) -> list[Point]:
         except json.JSONDecodeError:
             continue
         f, t, ret = r.get("frames"), r.get("time"), r.get("episode_return_mean")
+        if r.get("episodes", WINDOW) < WINDOW:
+            continue
         if all(isinstance(v, int | float) and math.isfinite(v) for v in (f, t, ret)):
             points.append((int(f), float(t), float(ret)))
     return points
 
 
-def parse_sf2(lines: Iterable[str], segments: Sequence[Segment] | None = None) -> list[Point]:
+def parse_sf2(lines: Iterable[str], segments: Sequence[Segment] | None = None,
+              full: Sequence[tuple[float, int]] | None = None) -> list[Point]:
     """Points of a Sample Factory log: each `Avg episode reward` line paired with the frame count of the `Fps is`
     line before it; seconds of running time over `segments` (when each sitting started, epoch seconds, and how
     long it ran), or since the first timestamp of the log. Frames done again after a resume replace the first go
-    (`redone`)."""
+    (`redone`). Its mean restarts at each sitting and covers fewer than WINDOW games until that many end: with
+    `full` ((epoch seconds, frames) at which a sitting's mean first covered WINDOW games, `sf2_window_full`), a
+    sitting's points before its own entry are left out, and all of a sitting that has none."""
     points: list[Point] = []
     frames: int | None = None
     origin = None
@@ -96,9 +102,42 @@ def parse_sf2(lines: Iterable[str], segments: Sequence[Segment] | None = None) -
             frames = int(m.group(2))
         elif (m := SF2_REWARD.search(line)) and frames is not None and origin is not None:
             stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if full is not None and not window_full(stamp, frames, segments or [], full):
+                continue
             seconds = running_seconds(stamp, segments) if segments else stamp - origin
             points.append((frames, round(seconds, 3), float(m.group(2))))
     return redone(points)
+
+
+def sitting_of(stamp: float, segments: Sequence[Segment]) -> int:
+    """The index of the sitting under way at epoch seconds `stamp` (0 before any or without segments)."""
+    index = 0
+    for i, seg in enumerate(segments):
+        if seg["started"] <= stamp:
+            index = i
+    return index
+
+
+def window_full(stamp: float, frames: int, segments: Sequence[Segment], full: Sequence[tuple[float, int]]) -> bool:
+    """Whether a Sample Factory mean logged at `stamp` and `frames` covers WINDOW games of its sitting."""
+    sitting = sitting_of(stamp, segments)
+    return any(sitting_of(t, segments) == sitting and f <= frames for t, f in full)
+
+
+def sf2_window_full(run_dir: Path) -> list[tuple[float, int]]:
+    """(epoch seconds, frames) of the first `reward/reward` summary in each of Sample Factory's tensorboard files
+    (one a sitting) under `run_dir`: 2.1.1 writes it once its episode deque holds --stats_avg (100) games (its other
+    condition, more than 10 games after 300 s of `total_train_seconds`, never holds: that counter stays 0)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = []
+    for path in sorted(run_dir.glob("*/.summary/0/events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        events.Reload()
+        if "reward/reward" in events.Tags()["scalars"]:
+            first = min(events.Scalars("reward/reward"), key=lambda e: e.step)
+            found.append((first.wall_time, int(first.step)))
+    return found
 
 
 def running_seconds(stamp: float, segments: Sequence[Segment]) -> float:
@@ -124,14 +163,15 @@ def redone(points: Sequence[Point]) -> list[Point]:
 
 
 def parse_cleanrl(lines: Iterable[str]) -> list[Point]:
-    """Points of CleanRL's stamped stdout (`[+SECONDS] global_step=G, episodic_return=[R]`): one a game, with
-    the mean of the last 100 games and frames = 4 G."""
+    """Points of CleanRL's stamped stdout (`[+SECONDS] global_step=G, episodic_return=[R]`): one a game from
+    the WINDOW-th on, with the mean of the last WINDOW games and frames = 4 G."""
     points: list[Point] = []
     last: deque[float] = deque(maxlen=WINDOW)
     for line in lines:
         if m := CLEANRL_LINE.search(line):
             last.append(float(m.group(3)))
-            points.append((int(m.group(2)) * FRAMESKIP, float(m.group(1)), sum(last) / len(last)))
+            if len(last) == WINDOW:  # a mean of WINDOW games, as the other systems' points
+                points.append((int(m.group(2)) * FRAMESKIP, float(m.group(1)), sum(last) / len(last)))
     return points
 
 
@@ -170,6 +210,20 @@ def write_csv(path: Path, points: Sequence[Point]) -> None:
         w.writerows(points)
 
 
+def unbroken(points: Sequence[Point], factor: float = 20.0) -> list[list[Point]]:
+    """`points` cut where frames jump by more than `factor` times their median step: the games a resumed Sample
+    Factory sitting played before its mean covered 100 of them have no point, and a line across them would draw
+    means nobody measured."""
+    steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:]))
+    limit = factor * max(steps[len(steps) // 2], 1) if steps else math.inf
+    runs: list[list[Point]] = []
+    for p in points:
+        if not runs or p[0] - runs[-1][-1][0] > limit:
+            runs.append([])
+        runs[-1].append(p)
+    return runs
+
+
 def plot(path: Path, curves: dict[str, Sequence[Point]]) -> None:
     import matplotlib
 
@@ -178,8 +232,9 @@ def plot(path: Path, curves: dict[str, Sequence[Point]]) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for ax, col, label in ((axes[0], 0, "frames"), (axes[1], 1, "seconds")):
-        for system, points in curves.items():
-            ax.plot([p[col] for p in points], [p[2] for p in points], label=system)
+        for (system, points), color in zip(curves.items(), ("C0", "C1", "C2")):
+            for i, run in enumerate(unbroken(points)):
+                ax.plot([p[col] for p in run], [p[2] for p in run], color=color, label=None if i else system)
         for level in LEVELS:
             ax.axhline(level, color="grey", ls=":", lw=1)
         ax.set(xlabel=label, title=f"Pong: mean of the last 100 games vs {label}")
@@ -267,7 +322,8 @@ def read_points(system: str, run_dir: Path, meta: dict[str, object]) -> list[Poi
         path = run_dir / "pong" / "metrics.jsonl"
         return redone(parse_asyncrl(path.read_text().splitlines())) if path.exists() else []
     if system == "sf2":  # its stdout (stamped here) carries the runner's own timestamps
-        return parse_sf2((run_dir / "stdout.log").read_text(errors="replace").splitlines(), segments_of(meta))
+        return parse_sf2((run_dir / "stdout.log").read_text(errors="replace").splitlines(), segments_of(meta),
+                         sf2_window_full(run_dir))
     return parse_cleanrl((run_dir / "stdout.log").read_text(errors="replace").splitlines())
 
 

@@ -26,9 +26,11 @@ def test_asyncrl_metrics(tts) -> None:
     lines = [json.dumps({"frames": 40960, "time": 12.5, "episode_return_mean": -20.5, "fps": 3000}),
              json.dumps({"frames": 81920, "time": 25.0, "episode_return_mean": None}),
              "not json",
-             json.dumps({"frames": 122880, "time": 37.5, "episode_return_mean": 18.25})]
-    points = tts.parse_asyncrl(lines)
-    assert points == [(40960, 12.5, -20.5), (122880, 37.5, 18.25)]
+             json.dumps({"frames": 122880, "time": 37.5, "episode_return_mean": 18.25}),
+             json.dumps({"frames": 163840, "time": 50.0, "episode_return_mean": 19.0, "episodes": 99}),
+             json.dumps({"frames": 204800, "time": 62.5, "episode_return_mean": 19.5, "episodes": 100})]
+    points = tts.parse_asyncrl(lines)  # a record that says fewer than 100 games ended is no 100-game mean
+    assert points == [(40960, 12.5, -20.5), (122880, 37.5, 18.25), (204800, 62.5, 19.5)]
     assert tts.first_reach(points, 18.0) == (122880, 37.5)
     assert tts.first_reach(points, 20.0) is None
 
@@ -47,12 +49,12 @@ def test_sf2_log(tts) -> None:
 
 
 def test_cleanrl_stdout(tts) -> None:
-    lines = ["[+3.100] SPS: 100",
-             "[+10.500] global_step=1000, episodic_return=[-21.]",
-             "[+20.250] global_step=2000, episodic_return=[-19.]",
-             "[+30.000] global_step=3000, episodic_return=-20.0"]
-    points = tts.parse_cleanrl(lines)
-    assert points == [(4000, 10.5, -21.0), (8000, 20.25, -20.0), (12000, 30.0, -20.0)]
+    lines = ["[+3.100] SPS: 100", *(f"[+{i}.0] global_step={i}, episodic_return=[-21.]" for i in range(1, 99)),
+             "[+100.500] global_step=1000, episodic_return=[-19.]",
+             "[+110.250] global_step=2000, episodic_return=[-1.]",
+             "[+120.000] global_step=3000, episodic_return=-20.0"]
+    points = tts.parse_cleanrl(lines)  # from the 100th game on, each game's point holds the mean of the last 100
+    assert points == [(8000, 110.25, (98 * -21 - 19 - 1) / 100), (12000, 120.0, (97 * -21 - 19 - 1 - 20) / 100)]
 
 
 def test_cleanrl_window_is_100_games(tts) -> None:
@@ -134,3 +136,42 @@ def test_peer_venvs_refuses_a_folder_without_cleanrls_commit(tmp_path: Path) -> 
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "has no commit" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "peers").exists()
+
+
+def test_sf2_points_wait_for_100_games_in_each_sitting(tts, tmp_path: Path) -> None:
+    """Sample Factory's mean restarts at a resume: a sitting's points count from the frames at which its tensorboard
+    file first holds `reward/reward` (written once 100 games are in its deque), read from the files themselves."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    stamp = tts.datetime.strptime
+    first = stamp("2026-12-06 10:00:00", "%Y-%m-%d %H:%M:%S").timestamp()
+    second = stamp("2026-12-06 12:00:00", "%Y-%m-%d %H:%M:%S").timestamp()
+    for started, full_at in ((first, 8192), (second, 20480)):
+        writer = SummaryWriter(str(tmp_path / "pong" / ".summary" / "0"), filename_suffix=f".{int(started)}")
+        writer.add_scalar("perf/_fps", 1000.0, full_at - 4096, walltime=started + 5)
+        writer.add_scalar("reward/reward", -19.0, full_at, walltime=started + 20)
+        writer.add_scalar("reward/reward", -18.0, full_at + 4096, walltime=started + 25)
+        writer.close()
+    full = tts.sf2_window_full(tmp_path)
+    assert sorted(f for _, f in full) == [8192, 20480]
+    fps = "Fps is (10 sec: 1638.4, 60 sec: 1638.4, 300 sec: 1638.4). Total num frames: "
+    log = [f"[2026-12-06 10:00:05,000][01234] {fps}4096",
+           "[2026-12-06 10:00:05,001][01234] Avg episode reward: [(0, '-21.000')]",  # fewer than 100 games
+           f"[2026-12-06 10:00:20,000][01234] {fps}8192",
+           "[2026-12-06 10:00:20,001][01234] Avg episode reward: [(0, '-19.000')]",
+           f"[2026-12-06 12:00:10,000][05678] {fps}16384",  # resumed: its mean starts again
+           "[2026-12-06 12:00:10,001][05678] Avg episode reward: [(0, '21.000')]",
+           f"[2026-12-06 12:00:20,000][05678] {fps}20480",
+           "[2026-12-06 12:00:20,001][05678] Avg episode reward: [(0, '-18.500')]"]
+    segments = [{"started": first, "wall_s": 60.0}, {"started": second, "wall_s": 30.0}]
+    points = tts.parse_sf2(log, segments, full)
+    assert [(f, r) for f, _, r in points] == [(8192, -19.0), (20480, -18.5)]
+    assert tts.first_reach(points, 20.0) is None  # the resumed sitting's first game alone read 21
+
+
+def test_the_plot_breaks_curves_at_a_gap(tts) -> None:
+    points = [(f, f / 1000, -20.0) for f in range(0, 40960, 4096)]
+    points += [(1_000_000, 900.0, 15.0), (1_004_096, 905.0, 15.5)]
+    runs = tts.unbroken(points)
+    assert [len(r) for r in runs] == [10, 2] and runs[1][0][0] == 1_000_000
+    assert tts.unbroken([]) == [] and len(tts.unbroken(points[:1])) == 1
