@@ -143,12 +143,8 @@ def sf2_window_full(run_dir: Path) -> list[tuple[float, int]]:
 def running_seconds(stamp: float, segments: Sequence[Segment]) -> float:
     """Epoch seconds `stamp` as seconds of running time: the earlier sittings' lengths plus the time into the
     sitting that had started by then (the first one for a stamp before any)."""
-    before, current = 0.0, segments[0]
-    for seg in segments[1:]:
-        if seg["started"] > stamp:
-            break
-        before, current = before + current["wall_s"], seg
-    return before + max(0.0, stamp - current["started"])
+    index = sitting_of(stamp, segments)
+    return sum(seg["wall_s"] for seg in segments[:index]) + max(0.0, stamp - segments[index]["started"])
 
 
 def redone(points: Sequence[Point]) -> list[Point]:
